@@ -37,7 +37,7 @@ std::string concat(const Ts&... parts) {
 
 /// Throws flashback::Error(arg, expected, actual) unless cond holds. `expected` and `actual`
 /// are evaluated only on failure, so they may be expensive string expressions.
-#define FLASHBACK_CHECK(cond, arg, expected, actual)                     \
-  do {                                                                   \
-    if (!(cond)) throw ::flashback::Error((arg), (expected), (actual));  \
+#define FLASHBACK_CHECK(cond, arg, expected, actual)                    \
+  do {                                                                  \
+    if (!(cond)) throw ::flashback::Error((arg), (expected), (actual)); \
   } while (0)

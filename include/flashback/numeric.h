@@ -75,8 +75,8 @@ constexpr uint16_t f32_to_f16(float f) {
   if (a > 0x7f800000u) return sign | 0x7e00;  // NaN
   if (a == 0x7f800000u) return sign | 0x7c00;
   if ((a >> 23) >= 127 + 16) return sign | 0x7c00;  // ≥ 65536 overflows
-  return sign | static_cast<uint16_t>(
-                    numeric_detail::round_small_float(a, 10, 15, 0x7bff, false, 0x7c00));
+  return sign |
+         static_cast<uint16_t>(numeric_detail::round_small_float(a, 10, 15, 0x7bff, false, 0x7c00));
 }
 
 /// e4m3 (OCP "fn"): bias 7, no infinities, 0x7f/0xff NaN, max finite 0x7e = 448.

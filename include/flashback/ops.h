@@ -15,9 +15,9 @@ namespace flashback {
 struct Exec {
   enum class CpuImpl : uint8_t { kFast, kReference };
   void* stream = nullptr;
-  int num_threads = 0;          ///< CPU threads; 0 = all available.
+  int num_threads = 0;  ///< CPU threads; 0 = all available.
   CpuImpl cpu_impl = CpuImpl::kFast;
-  bool deterministic = false;   ///< fixed split size: a request's bits do not depend on its batch.
+  bool deterministic = false;  ///< fixed split size: a request's bits do not depend on its batch.
 };
 
 /// Attention of varlen queries over a paged KV cache (SPEC.md §2, §8.1).
@@ -34,11 +34,11 @@ struct Exec {
 ///   - `table_holds_slots == true`  (SGLang's req_to_token): slot = table[row, p].
 /// With P = 1 both agree. K/V pools are `[num_slots / P, P, Hk, D]` (or `[num_slots, Hk, D]`).
 struct PagedAttentionParams {
-  TensorView q;              ///< [total_q, Hq, D]; MLA: the rope part (D = 64).
-  TensorView qv;             ///< optional [total_q, Hq, Dv]: MLA absorbed q_nope (needs v_cache = c_kv).
-  TensorView k_cache;        ///< [num_pages, P, Hk, D] or [num_slots, Hk, D]
-  TensorView v_cache;        ///< [num_pages, P, Hk, Dv] or [num_slots, Hk, Dv]
-  TensorView page_table;     ///< int32 [rows, width]
+  TensorView q;        ///< [total_q, Hq, D]; MLA: the rope part (D = 64).
+  TensorView qv;       ///< optional [total_q, Hq, Dv]: MLA absorbed q_nope (needs v_cache = c_kv).
+  TensorView k_cache;  ///< [num_pages, P, Hk, D] or [num_slots, Hk, D]
+  TensorView v_cache;  ///< [num_pages, P, Hk, Dv] or [num_slots, Hk, Dv]
+  TensorView page_table;  ///< int32 [rows, width]
   bool table_holds_slots = false;
   TensorView table_rows;     ///< optional int32 [B]: row of page_table for entry b.
   TensorView kv_start;       ///< optional int32 [B]: first key position of entry b.
@@ -47,16 +47,16 @@ struct PagedAttentionParams {
   TensorView k_descale;      ///< optional f32 [B, Hk], any strides (stride 0 broadcasts).
   TensorView v_descale;      ///< optional f32 [B, Hk].
   TensorView out;            ///< [total_q, Hq, Dv], dtype of q.
-  TensorView lse;            ///< optional f32 [total_q, Hq], any strides (FA3's [Hq, total_q] transposed).
-  float softmax_scale = 0;   ///< 0 = (D + Dqv)^-1/2.
+  TensorView lse;  ///< optional f32 [total_q, Hq], any strides (FA3's [Hq, total_q] transposed).
+  float softmax_scale = 0;  ///< 0 = (D + Dqv)^-1/2.
   bool causal = true;
-  int window_left = -1;      ///< -1 = unbounded.
-  int window_right = -1;     ///< -1 = unbounded (causal bounds it at 0).
-  float softcap = 0;         ///< 0 = off.
-  int max_seqlen_q = 0;      ///< hint; 0 = derive.
-  int num_splits = 0;        ///< 0 = heuristic; 1 = no split-KV.
-  TensorView workspace;      ///< uint8, at least paged_attention_workspace_bytes(); may be absent
-                             ///< when that is 0.
+  int window_left = -1;   ///< -1 = unbounded.
+  int window_right = -1;  ///< -1 = unbounded (causal bounds it at 0).
+  float softcap = 0;      ///< 0 = off.
+  int max_seqlen_q = 0;   ///< hint; 0 = derive.
+  int num_splits = 0;     ///< 0 = heuristic; 1 = no split-KV.
+  TensorView workspace;   ///< uint8, at least paged_attention_workspace_bytes(); may be absent
+                          ///< when that is 0.
 };
 
 /// Attention over contiguous varlen K/V (SPEC.md §8.2); q/k head dim may differ from v's.
@@ -81,7 +81,7 @@ struct RaggedAttentionParams {
 struct MergeStateParams {
   TensorView out_a, lse_a;  ///< [T, H, D], f32 [T, H]
   TensorView out_b, lse_b;
-  TensorView out, lse;      ///< lse optional
+  TensorView out, lse;  ///< lse optional
 };
 
 /// Writes new K/V rows to cache slots (SPEC.md §6). FP8 caches store x / scale rounded to fp8;

@@ -19,10 +19,16 @@ enum class DeviceType : uint8_t { kCPU, kCUDA };
 /// Bytes per element.
 constexpr int64_t dtype_size(DType t) {
   switch (t) {
-    case DType::kF32: case DType::kI32: return 4;
-    case DType::kF16: case DType::kBF16: return 2;
-    case DType::kI64: return 8;
-    default: return 1;
+    case DType::kF32:
+    case DType::kI32:
+      return 4;
+    case DType::kF16:
+    case DType::kBF16:
+      return 2;
+    case DType::kI64:
+      return 8;
+    default:
+      return 1;
   }
 }
 const char* dtype_name(DType t);
@@ -60,11 +66,15 @@ struct TensorView {
   int64_t stride(int d) const { return strides[d < 0 ? d + ndim : d]; }
   int64_t numel() const;
   bool is_contiguous() const;
-  bool last_dim_contiguous() const { return ndim == 0 || shape[ndim - 1] <= 1 || strides[ndim - 1] == 1; }
+  bool last_dim_contiguous() const {
+    return ndim == 0 || shape[ndim - 1] <= 1 || strides[ndim - 1] == 1;
+  }
   std::string shape_str() const;
 
   template <typename T>
-  T* ptr() const { return static_cast<T*>(data); }
+  T* ptr() const {
+    return static_cast<T*>(data);
+  }
   /// Element offset of an index tuple (no bounds checks; validation happens at the API edge).
   template <typename... I>
   int64_t offset(I... idx) const {
@@ -92,7 +102,9 @@ class Tensor {
   void* data() const { return view_.data; }
   const std::shared_ptr<void>& storage() const { return storage_; }
   template <typename T>
-  T* ptr() const { return view_.ptr<T>(); }
+  T* ptr() const {
+    return view_.ptr<T>();
+  }
   int64_t numel() const { return view_.numel(); }
   int64_t nbytes() const { return numel() * dtype_size(view_.dtype); }
   DType dtype() const { return view_.dtype; }

@@ -8,8 +8,8 @@ namespace flashback {
 namespace {
 
 DType dtype_from_dl(DLDataType t) {
-  const std::string got = detail::concat("code ", int(t.code), ", ", int(t.bits), " bits, ",
-                                         int(t.lanes), " lanes");
+  const std::string got =
+      detail::concat("code ", int(t.code), ", ", int(t.bits), " bits, ", int(t.lanes), " lanes");
   FLASHBACK_CHECK(t.lanes == 1, "dltensor.dtype", "one lane", got);
   if (t.code == kDLFloat && t.bits == 32) return DType::kF32;
   if (t.code == kDLFloat && t.bits == 16) return DType::kF16;
@@ -22,12 +22,18 @@ DType dtype_from_dl(DLDataType t) {
 
 DLDataType dtype_to_dl(DType t) {
   switch (t) {
-    case DType::kF32: return {kDLFloat, 32, 1};
-    case DType::kF16: return {kDLFloat, 16, 1};
-    case DType::kBF16: return {kDLBfloat, 16, 1};
-    case DType::kI32: return {kDLInt, 32, 1};
-    case DType::kI64: return {kDLInt, 64, 1};
-    default: return {kDLUInt, 8, 1};  // uint8 and both fp8 formats
+    case DType::kF32:
+      return {kDLFloat, 32, 1};
+    case DType::kF16:
+      return {kDLFloat, 16, 1};
+    case DType::kBF16:
+      return {kDLBfloat, 16, 1};
+    case DType::kI32:
+      return {kDLInt, 32, 1};
+    case DType::kI64:
+      return {kDLInt, 64, 1};
+    default:
+      return {kDLUInt, 8, 1};  // uint8 and both fp8 formats
   }
 }
 
@@ -39,9 +45,10 @@ TensorView from_dlpack(const DLTensor& t, std::optional<DType> as_dtype) {
   TensorView v;
   v.dtype = dtype_from_dl(t.dtype);
   if (as_dtype && *as_dtype != v.dtype) {
-    FLASHBACK_CHECK(v.dtype == DType::kU8 && is_fp8(*as_dtype), "as_dtype",
-                    "an fp8 dtype for a uint8 tensor (or the tensor's own dtype)",
-                    std::string(dtype_name(*as_dtype)) + " for a " + dtype_name(v.dtype) + " tensor");
+    FLASHBACK_CHECK(
+        v.dtype == DType::kU8 && is_fp8(*as_dtype), "as_dtype",
+        "an fp8 dtype for a uint8 tensor (or the tensor's own dtype)",
+        std::string(dtype_name(*as_dtype)) + " for a " + dtype_name(v.dtype) + " tensor");
     v.dtype = *as_dtype;
   }
   if (t.device.device_type == kDLCPU || t.device.device_type == kDLCUDAHost) {
@@ -49,7 +56,8 @@ TensorView from_dlpack(const DLTensor& t, std::optional<DType> as_dtype) {
   } else if (t.device.device_type == kDLCUDA) {
     v.device = Device{DeviceType::kCUDA, t.device.device_id};
   } else {
-    throw Error("dltensor.device", "CPU or CUDA", "device type " + std::to_string(t.device.device_type));
+    throw Error("dltensor.device", "CPU or CUDA",
+                "device type " + std::to_string(t.device.device_type));
   }
   v.data = static_cast<char*>(t.data) + t.byte_offset;
   v.ndim = t.ndim;

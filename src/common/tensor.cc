@@ -10,14 +10,22 @@ namespace flashback {
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::kF32: return "f32";
-    case DType::kF16: return "f16";
-    case DType::kBF16: return "bf16";
-    case DType::kF8E4M3: return "fp8_e4m3";
-    case DType::kF8E5M2: return "fp8_e5m2";
-    case DType::kI32: return "int32";
-    case DType::kI64: return "int64";
-    case DType::kU8: return "uint8";
+    case DType::kF32:
+      return "f32";
+    case DType::kF16:
+      return "f16";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kF8E4M3:
+      return "fp8_e4m3";
+    case DType::kF8E5M2:
+      return "fp8_e5m2";
+    case DType::kI32:
+      return "int32";
+    case DType::kI64:
+      return "int64";
+    case DType::kU8:
+      return "uint8";
   }
   return "?";
 }
@@ -109,7 +117,8 @@ Tensor::Tensor(DType dtype, const int64_t* shape, int ndim) {
   }
   const size_t bytes = (static_cast<size_t>(n * dtype_size(dtype)) + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, bytes == 0 ? 64 : bytes);
-  if (p == nullptr) throw Error("Tensor", "an allocation of " + std::to_string(bytes) + " bytes", "out of memory");
+  if (p == nullptr)
+    throw Error("Tensor", "an allocation of " + std::to_string(bytes) + " bytes", "out of memory");
   storage_ = std::shared_ptr<void>(p, std::free);
   view_.data = p;
   view_.dtype = dtype;
@@ -125,14 +134,22 @@ Tensor::Tensor(DType dtype, const int64_t* shape, int ndim) {
 double load_as_double(const TensorView& t, int64_t off) {
   const char* base = static_cast<const char*>(t.data);
   switch (t.dtype) {
-    case DType::kF32: return reinterpret_cast<const float*>(base)[off];
-    case DType::kF16: return f16_to_f32(reinterpret_cast<const uint16_t*>(base)[off]);
-    case DType::kBF16: return bf16_to_f32(reinterpret_cast<const uint16_t*>(base)[off]);
-    case DType::kF8E4M3: return fp8_e4m3_to_f32(reinterpret_cast<const uint8_t*>(base)[off]);
-    case DType::kF8E5M2: return fp8_e5m2_to_f32(reinterpret_cast<const uint8_t*>(base)[off]);
-    case DType::kI32: return reinterpret_cast<const int32_t*>(base)[off];
-    case DType::kI64: return static_cast<double>(reinterpret_cast<const int64_t*>(base)[off]);
-    case DType::kU8: return reinterpret_cast<const uint8_t*>(base)[off];
+    case DType::kF32:
+      return reinterpret_cast<const float*>(base)[off];
+    case DType::kF16:
+      return f16_to_f32(reinterpret_cast<const uint16_t*>(base)[off]);
+    case DType::kBF16:
+      return bf16_to_f32(reinterpret_cast<const uint16_t*>(base)[off]);
+    case DType::kF8E4M3:
+      return fp8_e4m3_to_f32(reinterpret_cast<const uint8_t*>(base)[off]);
+    case DType::kF8E5M2:
+      return fp8_e5m2_to_f32(reinterpret_cast<const uint8_t*>(base)[off]);
+    case DType::kI32:
+      return reinterpret_cast<const int32_t*>(base)[off];
+    case DType::kI64:
+      return static_cast<double>(reinterpret_cast<const int64_t*>(base)[off]);
+    case DType::kU8:
+      return reinterpret_cast<const uint8_t*>(base)[off];
   }
   return 0;
 }
@@ -141,14 +158,30 @@ void store_from_double(const TensorView& t, int64_t off, double v) {
   char* base = static_cast<char*>(t.data);
   const float f = static_cast<float>(v);
   switch (t.dtype) {
-    case DType::kF32: reinterpret_cast<float*>(base)[off] = f; break;
-    case DType::kF16: reinterpret_cast<uint16_t*>(base)[off] = f32_to_f16(f); break;
-    case DType::kBF16: reinterpret_cast<uint16_t*>(base)[off] = f32_to_bf16(f); break;
-    case DType::kF8E4M3: reinterpret_cast<uint8_t*>(base)[off] = f32_to_fp8_e4m3(f); break;
-    case DType::kF8E5M2: reinterpret_cast<uint8_t*>(base)[off] = f32_to_fp8_e5m2(f); break;
-    case DType::kI32: reinterpret_cast<int32_t*>(base)[off] = static_cast<int32_t>(v); break;
-    case DType::kI64: reinterpret_cast<int64_t*>(base)[off] = static_cast<int64_t>(v); break;
-    case DType::kU8: reinterpret_cast<uint8_t*>(base)[off] = static_cast<uint8_t>(v); break;
+    case DType::kF32:
+      reinterpret_cast<float*>(base)[off] = f;
+      break;
+    case DType::kF16:
+      reinterpret_cast<uint16_t*>(base)[off] = f32_to_f16(f);
+      break;
+    case DType::kBF16:
+      reinterpret_cast<uint16_t*>(base)[off] = f32_to_bf16(f);
+      break;
+    case DType::kF8E4M3:
+      reinterpret_cast<uint8_t*>(base)[off] = f32_to_fp8_e4m3(f);
+      break;
+    case DType::kF8E5M2:
+      reinterpret_cast<uint8_t*>(base)[off] = f32_to_fp8_e5m2(f);
+      break;
+    case DType::kI32:
+      reinterpret_cast<int32_t*>(base)[off] = static_cast<int32_t>(v);
+      break;
+    case DType::kI64:
+      reinterpret_cast<int64_t*>(base)[off] = static_cast<int64_t>(v);
+      break;
+    case DType::kU8:
+      reinterpret_cast<uint8_t*>(base)[off] = static_cast<uint8_t>(v);
+      break;
   }
 }
 

@@ -25,8 +25,7 @@ void expect_dtype(const TensorView& t, const char* name, std::initializer_list<D
 }
 
 void expect_dim(const TensorView& t, const char* name, int dim, int64_t value) {
-  FLASHBACK_CHECK(t.shape[dim] == value, name,
-                  concat("size ", value, " in dimension ", dim),
+  FLASHBACK_CHECK(t.shape[dim] == value, name, concat("size ", value, " in dimension ", dim),
                   concat(t.shape[dim], " (shape ", t.shape_str(), ")"));
 }
 
@@ -69,8 +68,9 @@ int64_t check_cu_seqlens(const TensorView& cu, const char* name, int64_t batch, 
   int64_t max_len = 0;
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t len = int64_t{at(cu, b + 1)} - at(cu, b);
-    FLASHBACK_CHECK(len >= 0, name, "non-decreasing entries",
-                    concat("entry ", b + 1, " = ", at(cu, b + 1), " < entry ", b, " = ", at(cu, b)));
+    FLASHBACK_CHECK(
+        len >= 0, name, "non-decreasing entries",
+        concat("entry ", b + 1, " = ", at(cu, b + 1), " < entry ", b, " = ", at(cu, b)));
     max_len = std::max(max_len, len);
   }
   FLASHBACK_CHECK(at(cu, batch) == total, name, concat("last entry ", total, " (the token count)"),
@@ -223,17 +223,17 @@ PagedShape validate(const PagedAttentionParams& p) {
     const int64_t end = start + len;  // one past the last key position
     const int64_t first_col = p.table_holds_slots ? start : start / s.page_size;
     const int64_t end_col = p.table_holds_slots ? end : (end + s.page_size - 1) / s.page_size;
-    FLASHBACK_CHECK(end_col <= s.table_width, "cache_seqlens",
-                    concat("keys within the page table (", s.table_width, " columns)"),
-                    concat(len, " keys from position ", start, " at entry ", b, " need ", end_col,
-                           " columns"));
+    FLASHBACK_CHECK(
+        end_col <= s.table_width, "cache_seqlens",
+        concat("keys within the page table (", s.table_width, " columns)"),
+        concat(len, " keys from position ", start, " at entry ", b, " need ", end_col, " columns"));
     const int32_t* tab = p.page_table.ptr<const int32_t>();
     for (int64_t c = first_col; c < end_col; ++c) {
       const int32_t id = tab[row * p.page_table.strides[0] + c * p.page_table.strides[1]];
-      FLASHBACK_CHECK(id >= 0 && id < pool, "page_table",
-                      concat(p.table_holds_slots ? "slot ids in [0, " : "page ids in [0, ", pool,
-                             ")"),
-                      concat(id, " at row ", row, ", column ", c));
+      FLASHBACK_CHECK(
+          id >= 0 && id < pool, "page_table",
+          concat(p.table_holds_slots ? "slot ids in [0, " : "page ids in [0, ", pool, ")"),
+          concat(id, " at row ", row, ", column ", c));
     }
   }
   return s;
@@ -300,7 +300,8 @@ MergeShape validate(const MergeStateParams& p) {
   s.tokens = p.out_a.shape[0];
   s.heads = p.out_a.shape[1];
   s.head_dim = p.out_a.shape[2];
-  for (const auto& [t, name] : {std::pair{&p.out_a, "out_a"}, {&p.out_b, "out_b"}, {&p.out, "out"}}) {
+  for (const auto& [t, name] :
+       {std::pair{&p.out_a, "out_a"}, {&p.out_b, "out_b"}, {&p.out, "out"}}) {
     expect_rank(*t, name, 3);
     expect_dtype(*t, name, kActDtypes);
     expect_device(*t, name, s.device);

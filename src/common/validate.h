@@ -16,11 +16,11 @@ struct PagedShape {
   int64_t head_dim = 0;     // q / k head dim
   int64_t head_dim_qv = 0;  // qv head dim (MLA), 0 when absent
   int64_t head_dim_v = 0;
-  int64_t page_size = 1;    // P
-  int64_t num_pages = 0;    // first dim of the caches
+  int64_t page_size = 1;  // P
+  int64_t num_pages = 0;  // first dim of the caches
   int64_t table_width = 0;
   int64_t max_seqlen_q = 0, max_seqlen_k = 0;  // filled when the index arrays are host-readable
-  float scale = 0;          // resolved softmax scale
+  float scale = 0;                             // resolved softmax scale
   Device device;
 };
 

@@ -60,12 +60,13 @@ void paged_attention(const PagedAttentionParams& p, const detail::PagedShape& s)
       return int64_t{r[(pos / P) * p.page_table.strides[1]]} * P + pos % P;
     };
     for (int64_t i = 0; i < q_len; ++i) {
-      const KeyRange kr =
-          visible_keys(i, q_len, kv_len, p.causal, p.window_left, p.window_right);
+      const KeyRange kr = visible_keys(i, q_len, kv_len, p.causal, p.window_left, p.window_right);
       for (int64_t h = 0; h < s.heads_q; ++h) {
         const int64_t g = h / group;
-        const double kd = p.k_descale.defined() ? load_as_double(p.k_descale, p.k_descale.offset(b, g)) : 1.0;
-        const double vd = p.v_descale.defined() ? load_as_double(p.v_descale, p.v_descale.offset(b, g)) : 1.0;
+        const double kd =
+            p.k_descale.defined() ? load_as_double(p.k_descale, p.k_descale.offset(b, g)) : 1.0;
+        const double vd =
+            p.v_descale.defined() ? load_as_double(p.v_descale, p.v_descale.offset(b, g)) : 1.0;
         std::vector<double> logits;
         std::vector<int64_t> slots;
         for (int64_t t = kr.lo; t <= kr.hi; ++t) {
@@ -97,8 +98,7 @@ void ragged_attention(const RaggedAttentionParams& p, const detail::RaggedShape&
     const int64_t q0 = idx(p.cu_seqlens_q, b), q_len = idx(p.cu_seqlens_q, b + 1) - q0;
     const int64_t k0 = idx(p.cu_seqlens_k, b), kv_len = idx(p.cu_seqlens_k, b + 1) - k0;
     for (int64_t i = 0; i < q_len; ++i) {
-      const KeyRange kr =
-          visible_keys(i, q_len, kv_len, p.causal, p.window_left, p.window_right);
+      const KeyRange kr = visible_keys(i, q_len, kv_len, p.causal, p.window_left, p.window_right);
       for (int64_t h = 0; h < s.heads_q; ++h) {
         const int64_t g = h / group;
         std::vector<double> logits;
@@ -142,7 +142,8 @@ void merge_state(const MergeStateParams& p, const detail::MergeShape& s) {
         const double ob = wb == 0 ? 0 : load_as_double(p.out_b, p.out_b.offset(t, h, d));
         row[d] = wa * oa + wb * ob;
       }
-      for (int64_t d = 0; d < s.head_dim; ++d) store_from_double(p.out, p.out.offset(t, h, d), row[d]);
+      for (int64_t d = 0; d < s.head_dim; ++d)
+        store_from_double(p.out, p.out.offset(t, h, d), row[d]);
       if (p.lse.defined()) store_from_double(p.lse, p.lse.offset(t, h), lse);
     }
   }

@@ -17,8 +17,8 @@ void kv_store(const KVStoreParams& p, const detail::StoreShape& s);
 struct KeyRange {
   int64_t lo, hi;
 };
-inline KeyRange visible_keys(int64_t i, int64_t q_len, int64_t kv_len, bool causal,
-                             int window_left, int window_right) {
+inline KeyRange visible_keys(int64_t i, int64_t q_len, int64_t kv_len, bool causal, int window_left,
+                             int window_right) {
   const int64_t pos = kv_len - q_len + i;
   int64_t lo = 0, hi = kv_len - 1;
   if (causal && pos < hi) hi = pos;

@@ -12,9 +12,9 @@ std::string AttentionCase::describe() const {
   std::ostringstream s;
   s << (name.empty() ? "case" : name) << " B=" << q_lens.size() << " Hq=" << heads_q
     << " Hk=" << heads_kv << " D=" << head_dim << "/" << (head_dim_v ? head_dim_v : head_dim)
-    << (mla ? " mla" : "") << " P=" << page_size << (table_holds_slots ? " slots" : "")
-    << " " << dtype_name(dtype) << "/" << dtype_name(kv_dtype) << (causal ? " causal" : "")
-    << " win=(" << window_left << "," << window_right << ") cap=" << softcap << " q=[";
+    << (mla ? " mla" : "") << " P=" << page_size << (table_holds_slots ? " slots" : "") << " "
+    << dtype_name(dtype) << "/" << dtype_name(kv_dtype) << (causal ? " causal" : "") << " win=("
+    << window_left << "," << window_right << ") cap=" << softcap << " q=[";
   for (size_t i = 0; i < q_lens.size(); ++i) s << (i ? "," : "") << q_lens[i];
   s << "] kv=[";
   for (size_t i = 0; i < kv_lens.size(); ++i) s << (i ? "," : "") << kv_lens[i];
@@ -121,8 +121,8 @@ PagedData make_paged(const AttentionCase& c, uint64_t seed) {
       d.v_descale = Tensor(DType::kF32, {B, Hk});
       for (int64_t i = 0; i < B * Hk; ++i) {
         d.k_descale.ptr<float>()[i] = static_cast<float>(base * u(rng));
-        d.v_descale.ptr<float>()[i] = c.mla ? d.k_descale.ptr<float>()[i]
-                                            : static_cast<float>(base * u(rng));
+        d.v_descale.ptr<float>()[i] =
+            c.mla ? d.k_descale.ptr<float>()[i] : static_cast<float>(base * u(rng));
       }
       p.k_descale = d.k_descale;
       p.v_descale = d.v_descale;
@@ -130,8 +130,8 @@ PagedData make_paged(const AttentionCase& c, uint64_t seed) {
       d.k_descale = Tensor(DType::kF32, {1});
       d.v_descale = Tensor(DType::kF32, {1});
       d.k_descale.ptr<float>()[0] = static_cast<float>(base * u(rng));
-      d.v_descale.ptr<float>()[0] = c.mla ? d.k_descale.ptr<float>()[0]
-                                          : static_cast<float>(base * u(rng));
+      d.v_descale.ptr<float>()[0] =
+          c.mla ? d.k_descale.ptr<float>()[0] : static_cast<float>(base * u(rng));
       p.k_descale = TensorView(d.k_descale.data(), DType::kF32, {B, Hk}, {0, 0});
       p.v_descale = TensorView(d.v_descale.data(), DType::kF32, {B, Hk}, {0, 0});
     }
@@ -221,12 +221,18 @@ Comparison compare(const TensorView& out, const TensorView& ref, const TensorVie
   const bool low = out.dtype != DType::kF32;
   const double rel_tol = low ? 1e-2 : 1e-5;
   std::ostringstream why;
-  if (c.nan) why << "NaN in output or LSE";
-  else if (c.lse_inf_mismatch) why << "LSE -inf mismatch (empty row)";
-  else if (c.rel_l2 > rel_tol) why << "relative L2 " << c.rel_l2 << " > " << rel_tol;
-  else if (low && c.max_abs > 2e-2) why << "max abs " << c.max_abs << " > 2e-2";
-  else if (!low && c.max_abs > 1e-4) why << "max abs " << c.max_abs << " > 1e-4";
-  else if (c.lse_max_abs > 1e-3) why << "LSE max abs " << c.lse_max_abs << " > 1e-3";
+  if (c.nan)
+    why << "NaN in output or LSE";
+  else if (c.lse_inf_mismatch)
+    why << "LSE -inf mismatch (empty row)";
+  else if (c.rel_l2 > rel_tol)
+    why << "relative L2 " << c.rel_l2 << " > " << rel_tol;
+  else if (low && c.max_abs > 2e-2)
+    why << "max abs " << c.max_abs << " > 2e-2";
+  else if (!low && c.max_abs > 1e-4)
+    why << "max abs " << c.max_abs << " > 1e-4";
+  else if (c.lse_max_abs > 1e-3)
+    why << "LSE max abs " << c.lse_max_abs << " > 1e-3";
   c.why = why.str();
   c.ok = c.why.empty();
   return c;

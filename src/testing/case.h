@@ -19,7 +19,7 @@ struct AttentionCase {
   std::vector<int> kv_lens;  // per batch entry (keys, including the new ones)
   int heads_q = 4, heads_kv = 1;
   int head_dim = 64, head_dim_v = 0;  // 0 = head_dim
-  bool mla = false;          // qv given: head_dim = rope dim, head_dim_v = latent width
+  bool mla = false;                   // qv given: head_dim = rope dim, head_dim_v = latent width
   int page_size = 1;
   bool table_holds_slots = false;  // req_to_token-style table instead of page ids
   DType dtype = DType::kBF16;      // q / out
@@ -29,9 +29,9 @@ struct AttentionCase {
   float softcap = 0;
   float softmax_scale = 0;
   bool with_lse = true;
-  bool lse_transposed = false;     // LSE stored as [H, total_q] (FA3 layout)
-  bool per_head_descale = true;    // fp8: random [B, Hk] descales; false: stride-0 scalar
-  int extra_table_cols = 1;        // page-table columns beyond the longest request
+  bool lse_transposed = false;   // LSE stored as [H, total_q] (FA3 layout)
+  bool per_head_descale = true;  // fp8: random [B, Hk] descales; false: stride-0 scalar
+  int extra_table_cols = 1;      // page-table columns beyond the longest request
   std::string describe() const;
 };
 

@@ -58,7 +58,9 @@ struct Tiny {
     p.softmax_scale = 1.0f;
   }
   void run() { paged_attention(p, kRef); }
-  double o(int i, int h = 0, int d = 0) const { return load_as_double(out, out.view().offset(i, h, d)); }
+  double o(int i, int h = 0, int d = 0) const {
+    return load_as_double(out, out.view().offset(i, h, d));
+  }
   double l(int i, int h = 0) const { return load_as_double(lse, lse.view().offset(i, h)); }
 };
 
@@ -208,9 +210,9 @@ TEST(Reference, QvEqualsConcatenatedAttention) {
   paged_attention(d.params, kRef);
 
   PagedData e = testing::with_fresh_outputs(d);
-  e.params.q = d.q;                  // [tokens, H, 16 + 8]
+  e.params.q = d.q;  // [tokens, H, 16 + 8]
   e.params.qv = {};
-  e.params.k_cache = d.k_cache;      // [pages, P, 1, 24]
+  e.params.k_cache = d.k_cache;                      // [pages, P, 1, 24]
   e.params.softmax_scale = 1.0f / std::sqrt(24.0f);  // the MLA default (Dqv + D)^-1/2
   paged_attention(e.params, kRef);
   const auto r = compare(d.out, e.out, d.lse, e.lse);
@@ -284,8 +286,7 @@ TEST(Reference, LseStridedLayout) {
   PagedData e = make_paged(c, 4);
   paged_attention(e.params, kRef);
   for (int64_t i = 0; i < 7; ++i)
-    for (int64_t h = 0; h < 3; ++h)
-      EXPECT_EQ(d.lse.get(i * 3 + h), e.lse.get(h * 7 + i));
+    for (int64_t h = 0; h < 3; ++h) EXPECT_EQ(d.lse.get(i * 3 + h), e.lse.get(h * 7 + i));
 }
 
 // ---- ragged attention ----
@@ -306,7 +307,8 @@ TEST(Reference, RaggedMatchesPagedWithDifferentValueDim) {
     cuq.ptr<int32_t>()[b + 1] = cuq.ptr<int32_t>()[b] + ql[b];
     cuk.ptr<int32_t>()[b + 1] = cuk.ptr<int32_t>()[b] + kl[b];
     lens.ptr<int32_t>()[b] = kl[b];
-    for (int t = 0; t < 5; ++t) table.ptr<int32_t>()[b * 5 + t] = t < kl[b] ? cuk.ptr<int32_t>()[b] + t : -1;
+    for (int t = 0; t < 5; ++t)
+      table.ptr<int32_t>()[b * 5 + t] = t < kl[b] ? cuk.ptr<int32_t>()[b] + t : -1;
   }
   for (bool causal : {true, false}) {
     Tensor o1(DType::kF32, {5, Hq, Dv}), l1(DType::kF32, {5, Hq}), o2(DType::kF32, {5, Hq, Dv}),
@@ -375,13 +377,23 @@ TEST(Reference, MergeHalvesEqualsWhole) {
     return t;
   };
   Tensor cuq = cu(0, T), cuk = cu(0, K), cu_a = cu(0, 4), cu_b = cu(0, 6);
-  auto outs = [&] { Tensor o(DType::kF32, {T, H, D}); o.poison(); return o; };
-  auto lses = [&] { Tensor l(DType::kF32, {T, H}); l.poison(); return l; };
+  auto outs = [&] {
+    Tensor o(DType::kF32, {T, H, D});
+    o.poison();
+    return o;
+  };
+  auto lses = [&] {
+    Tensor l(DType::kF32, {T, H});
+    l.poison();
+    return l;
+  };
   Tensor ow = outs(), lw = lses(), oa = outs(), la = lses(), ob = outs(), lb = lses(), om = outs(),
          lm = lses();
   ragged_attention(ragged(q, k, v, cuq, cuk, ow, lw), kRef);
-  ragged_attention(ragged(q, k.view().slice(0, 0, 4), v.view().slice(0, 0, 4), cuq, cu_a, oa, la), kRef);
-  ragged_attention(ragged(q, k.view().slice(0, 4, K), v.view().slice(0, 4, K), cuq, cu_b, ob, lb), kRef);
+  ragged_attention(ragged(q, k.view().slice(0, 0, 4), v.view().slice(0, 0, 4), cuq, cu_a, oa, la),
+                   kRef);
+  ragged_attention(ragged(q, k.view().slice(0, 4, K), v.view().slice(0, 4, K), cuq, cu_b, ob, lb),
+                   kRef);
   merge_state({oa, la, ob, lb, om, lm}, kRef);
   const auto c = compare(om, ow, lm, lw);
   EXPECT_TRUE(c.ok) << c.why << " rel " << c.rel_l2;
@@ -403,8 +415,10 @@ TEST(Reference, MergeWithEmptyStateIsIdentity) {
   for (bool swap : {false, true}) {
     om.poison();
     lm.poison();
-    if (swap) merge_state({ob, lb, oa, la, om, lm}, kRef);
-    else merge_state({oa, la, ob, lb, om, lm}, kRef);
+    if (swap)
+      merge_state({ob, lb, oa, la, om, lm}, kRef);
+    else
+      merge_state({oa, la, ob, lb, om, lm}, kRef);
     for (int i = 0; i < T * H * D; ++i) EXPECT_NEAR(om.get(i), oa.get(i), 1e-6);
     for (int i = 0; i < T * H; ++i) EXPECT_NEAR(lm.get(i), la.get(i), 1e-6);
   }
@@ -424,7 +438,11 @@ TEST(Reference, KvStoreMhaMlaAndFp8) {
   testing::fill_normal(v, rng);
   const int64_t slots[T] = {5, 11, 4};
   for (int t = 0; t < T; ++t) loc.ptr<int64_t>()[t] = slots[t];
-  const Tensor k_before = [&] { Tensor c(DType::kBF16, {T, H, D}); for (int i = 0; i < T * H * D; ++i) c.set(i, k.get(i)); return c; }();
+  const Tensor k_before = [&] {
+    Tensor c(DType::kBF16, {T, H, D});
+    for (int i = 0; i < T * H * D; ++i) c.set(i, k.get(i));
+    return c;
+  }();
 
   for (DType cd : {DType::kBF16, DType::kF32, DType::kF8E4M3, DType::kF8E5M2}) {
     Tensor kc(cd, {pages, P, H, D}), vc(cd, {pages, P, H, Dv});

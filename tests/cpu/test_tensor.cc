@@ -1,5 +1,5 @@
-#include <gtest/gtest.h>
 #include <dlpack/dlpack.h>
+#include <gtest/gtest.h>
 
 #include <cmath>
 

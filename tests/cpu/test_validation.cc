@@ -52,27 +52,52 @@ TEST(Validation, PagedAttentionRejectsBadInput) {
       {"q", [](PagedData&, PagedAttentionParams& p) { p.q.dtype = DType::kI32; }},
       {"q", [](PagedData&, PagedAttentionParams& p) { p.q.strides[2] = 2; }},
       {"k_cache", [](PagedData&, PagedAttentionParams& p) { p.k_cache.shape[3] = 16; }},
-      {"k_cache", [](PagedData&, PagedAttentionParams& p) { p.k_cache.shape[2] = 3; p.v_cache.shape[2] = 3; }},
+      {"k_cache",
+       [](PagedData&, PagedAttentionParams& p) {
+         p.k_cache.shape[2] = 3;
+         p.v_cache.shape[2] = 3;
+       }},
       {"v_cache", [](PagedData&, PagedAttentionParams& p) { p.v_cache.shape[1] = 2; }},
       {"v_cache", [](PagedData&, PagedAttentionParams& p) { p.v_cache.dtype = DType::kBF16; }},
-      {"k_cache", [](PagedData&, PagedAttentionParams& p) { p.k_cache.dtype = DType::kI32; p.v_cache.dtype = DType::kI32; }},
+      {"k_cache",
+       [](PagedData&, PagedAttentionParams& p) {
+         p.k_cache.dtype = DType::kI32;
+         p.v_cache.dtype = DType::kI32;
+       }},
       {"k_cache", [](PagedData&, PagedAttentionParams& p) { p.k_cache.strides[3] = 3; }},
-      {"v_cache", [](PagedData&, PagedAttentionParams& p) { p.v_cache.device = {DeviceType::kCUDA, 0}; }},
-      {"qv", [](PagedData&, PagedAttentionParams& p) { p.qv = p.q; }},  // wrong width for the value dim? same → ok, so break dtype
+      {"v_cache",
+       [](PagedData&, PagedAttentionParams& p) {
+         p.v_cache.device = {DeviceType::kCUDA, 0};
+       }},
+      {"qv",
+       [](PagedData&, PagedAttentionParams& p) {
+         p.qv = p.q;
+       }},  // wrong width for the value dim? same → ok, so break dtype
       {"cu_seqlens_q", [](PagedData&, PagedAttentionParams& p) { p.cu_seqlens_q = {}; }},
-      {"cu_seqlens_q", [](PagedData& d, PagedAttentionParams&) { d.cu_seqlens_q.ptr<int32_t>()[0] = 1; }},
-      {"cu_seqlens_q", [](PagedData& d, PagedAttentionParams&) { d.cu_seqlens_q.ptr<int32_t>()[1] = 4; }},
-      {"cu_seqlens_q", [](PagedData& d, PagedAttentionParams&) { d.cu_seqlens_q.ptr<int32_t>()[2] = 2; }},
+      {"cu_seqlens_q",
+       [](PagedData& d, PagedAttentionParams&) { d.cu_seqlens_q.ptr<int32_t>()[0] = 1; }},
+      {"cu_seqlens_q",
+       [](PagedData& d, PagedAttentionParams&) { d.cu_seqlens_q.ptr<int32_t>()[1] = 4; }},
+      {"cu_seqlens_q",
+       [](PagedData& d, PagedAttentionParams&) { d.cu_seqlens_q.ptr<int32_t>()[2] = 2; }},
       {"cu_seqlens_q", [](PagedData&, PagedAttentionParams& p) { p.cu_seqlens_q = wide_i64; }},
       {"cache_seqlens", [](PagedData&, PagedAttentionParams& p) { p.cache_seqlens.shape[0] = 1; }},
-      {"cache_seqlens", [](PagedData& d, PagedAttentionParams&) { d.cache_seqlens.ptr<int32_t>()[0] = -1; }},
-      {"cache_seqlens", [](PagedData& d, PagedAttentionParams&) { d.cache_seqlens.ptr<int32_t>()[1] = 100; }},
+      {"cache_seqlens",
+       [](PagedData& d, PagedAttentionParams&) { d.cache_seqlens.ptr<int32_t>()[0] = -1; }},
+      {"cache_seqlens",
+       [](PagedData& d, PagedAttentionParams&) { d.cache_seqlens.ptr<int32_t>()[1] = 100; }},
       {"page_table", [](PagedData&, PagedAttentionParams& p) { p.page_table = f32_table; }},
-      {"page_table", [](PagedData& d, PagedAttentionParams&) { d.page_table.ptr<int32_t>()[0] = 100000; }},
-      {"page_table", [](PagedData& d, PagedAttentionParams&) { d.page_table.ptr<int32_t>()[1] = -3; }},
+      {"page_table",
+       [](PagedData& d, PagedAttentionParams&) { d.page_table.ptr<int32_t>()[0] = 100000; }},
+      {"page_table",
+       [](PagedData& d, PagedAttentionParams&) { d.page_table.ptr<int32_t>()[1] = -3; }},
       {"page_table", [](PagedData&, PagedAttentionParams& p) { p.page_table.shape[0] = 1; }},
-      {"table_rows", [](PagedData&, PagedAttentionParams& p) { p.table_rows = p.cache_seqlens; }},  // row 5 / 9 out of range
-      {"kv_start", [](PagedData&, PagedAttentionParams& p) { p.kv_start = p.cu_seqlens_q; }},       // wrong length
+      {"table_rows",
+       [](PagedData&, PagedAttentionParams& p) {
+         p.table_rows = p.cache_seqlens;
+       }},  // row 5 / 9 out of range
+      {"kv_start",
+       [](PagedData&, PagedAttentionParams& p) { p.kv_start = p.cu_seqlens_q; }},  // wrong length
       {"k_descale", [](PagedData&, PagedAttentionParams& p) { p.k_descale.shape[1] = 1; }},
       {"v_descale", [](PagedData&, PagedAttentionParams& p) { p.v_descale.dtype = DType::kF16; }},
       {"out", [](PagedData&, PagedAttentionParams& p) { p.out.shape[2] = 4; }},
@@ -82,15 +107,18 @@ TEST(Validation, PagedAttentionRejectsBadInput) {
       {"lse", [](PagedData&, PagedAttentionParams& p) { p.lse.dtype = DType::kBF16; }},
       {"window_left", [](PagedData&, PagedAttentionParams& p) { p.window_left = -2; }},
       {"softcap", [](PagedData&, PagedAttentionParams& p) { p.softcap = -1; }},
-      {"softmax_scale", [](PagedData&, PagedAttentionParams& p) { p.softmax_scale = std::nanf(""); }},
+      {"softmax_scale",
+       [](PagedData&, PagedAttentionParams& p) { p.softmax_scale = std::nanf(""); }},
       {"num_splits", [](PagedData&, PagedAttentionParams& p) { p.num_splits = -1; }},
   };
   for (size_t i = 0; i < bad.size(); ++i) {
     PagedData d = testing::make_paged(base_case(), 11);
     // Sanity: the unmutated case is valid.
     if (i == 0) ASSERT_NO_THROW(paged_attention(d.params));
-    if (bad[i].arg == "qv") d.params.qv = TensorView(d.q.data(), DType::kF16, {3, 4, 8});
-    else bad[i].mutate(d, d.params);
+    if (bad[i].arg == "qv")
+      d.params.qv = TensorView(d.q.data(), DType::kF16, {3, 4, 8});
+    else
+      bad[i].mutate(d, d.params);
     expect_error([&] { paged_attention(d.params); }, bad[i].arg, "case " + std::to_string(i));
   }
 }

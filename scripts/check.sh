@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The main job: installs what it needs, builds, and runs `flashback check` on the best device
+# (the CPU when no GPU is present). Extra arguments go to `flashback check`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+preset=cpu
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && command -v nvcc >/dev/null; then
+  preset=cuda
+fi
+bash scripts/build.sh "$preset" >&2
+exec "build/$preset/tools/flashback" check "$@"

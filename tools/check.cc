@@ -1,0 +1,231 @@
+// `flashback check`: a randomized self-check. Each suite draws random batches (ragged lengths,
+// GQA, windows, softcap, FP8, MLA, both page-table forms), runs them two ways that must agree,
+// and reports cases, max error and pass/fail per suite, ending with `N passed, M failed`.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "flashback/ops.h"
+#include "testing/case.h"
+
+namespace flashback::tools {
+namespace {
+
+using testing::AttentionCase;
+using testing::Comparison;
+using testing::PagedData;
+
+struct Options {
+  std::string device = "cpu";
+  uint64_t seed = 1;
+  int steps = 200;
+  int page_size = 0;  // 0 = random per case
+};
+
+const Exec kRef{nullptr, 1, Exec::CpuImpl::kReference};
+
+AttentionCase random_case(std::mt19937_64& rng, const Options& o) {
+  auto pick = [&](std::initializer_list<int> v) {
+    return *(v.begin() + std::uniform_int_distribution<size_t>(0, v.size() - 1)(rng));
+  };
+  auto coin = [&](double p) { return std::bernoulli_distribution(p)(rng); };
+  AttentionCase c;
+  const int B = pick({0, 1, 2, 3, 5});
+  const bool decode = coin(0.4);
+  for (int b = 0; b < B; ++b) {
+    const int q = decode ? pick({0, 1, 1, 1, 4}) : pick({0, 1, 3, 7, 17});
+    c.q_lens.push_back(q);
+    c.kv_lens.push_back(q + pick({0, 0, 1, 5, 16, 33}));
+  }
+  c.mla = coin(0.15);
+  if (c.mla) {
+    c.heads_kv = 1;
+    c.heads_q = pick({1, 4});
+    c.head_dim = 16;
+    c.head_dim_v = 32;
+  } else {
+    c.heads_kv = pick({1, 2});
+    c.heads_q = c.heads_kv * pick({1, 2, 4});
+    c.head_dim = pick({8, 16, 32});
+    c.head_dim_v = coin(0.2) ? 24 : 0;
+  }
+  c.page_size = o.page_size > 0 ? o.page_size : pick({1, 4, 16});
+  c.table_holds_slots = coin(0.3);
+  c.dtype = static_cast<DType>(pick({int(DType::kF32), int(DType::kF16), int(DType::kBF16)}));
+  c.kv_dtype = static_cast<DType>(pick({int(DType::kF32), int(DType::kBF16), int(DType::kF16),
+                                        int(DType::kF8E4M3), int(DType::kF8E5M2)}));
+  c.causal = coin(0.8);
+  if (coin(0.3)) c.window_left = pick({0, 2, 7});
+  if (!c.causal && coin(0.3)) c.window_right = pick({0, 3});
+  if (coin(0.2)) c.softcap = 30.0f;
+  c.lse_transposed = coin(0.5);
+  c.per_head_descale = coin(0.5);
+  return c;
+}
+
+// Runs two ways and compares; returns the comparison.
+using Suite = std::function<Comparison(std::mt19937_64&, const Options&)>;
+
+Comparison fast_vs_oracle(std::mt19937_64& rng, const Options& o) {
+  const AttentionCase c = random_case(rng, o);
+  PagedData ref = testing::make_paged(c, rng());
+  PagedData fast = testing::with_fresh_outputs(ref);
+  paged_attention(ref.params, kRef);
+  paged_attention(fast.params, Exec{});
+  return testing::compare(fast.out, ref.out, fast.lse, ref.lse);
+}
+
+Comparison page_size_invariance(std::mt19937_64& rng, const Options& o) {
+  // Page ids with P > 1 vs the same pool read through a per-token slot table: identical bits.
+  AttentionCase c = random_case(rng, o);
+  c.table_holds_slots = false;
+  PagedData a = testing::make_paged(c, rng());
+  PagedData b = testing::with_fresh_outputs(a);
+  const int64_t B = a.page_table.size(0), w = a.page_table.size(1), P = c.page_size;
+  Tensor slots(DType::kI32, {B, w * P});
+  for (int64_t r = 0; r < B; ++r)
+    for (int64_t t = 0; t < w * P; ++t) {
+      const int32_t page = a.page_table.ptr<int32_t>()[r * w + t / P];
+      slots.ptr<int32_t>()[r * w * P + t] =
+          page < 0 ? page : static_cast<int32_t>(page * P + t % P);
+    }
+  b.params.page_table = slots;
+  b.params.table_holds_slots = true;
+  paged_attention(a.params, kRef);
+  paged_attention(b.params, kRef);
+  Comparison r = testing::compare(b.out, a.out, b.lse, a.lse);
+  for (int64_t i = 0; i < a.out.numel() && r.ok; ++i)
+    if (a.out.get(i) != b.out.get(i) && !(std::isnan(a.out.get(i)) && std::isnan(b.out.get(i)))) {
+      r.ok = false;
+      r.why = "not bitwise identical";
+    }
+  return r;
+}
+
+Comparison merge_halves(std::mt19937_64& rng, const Options&) {
+  // Attention over keys [0, K) equals merge_state of attention over [0, s) and [s, K).
+  const int T = std::uniform_int_distribution<int>(1, 6)(rng);
+  const int K = std::uniform_int_distribution<int>(1, 40)(rng);
+  const int split = std::uniform_int_distribution<int>(0, K)(rng);
+  const int H = 2, D = 16;
+  Tensor q(DType::kF32, {T, H, D}), k(DType::kF32, {K, H, D}), v(DType::kF32, {K, H, D});
+  testing::fill_normal(q, rng);
+  testing::fill_normal(k, rng);
+  testing::fill_normal(v, rng);
+  auto cu = [](int n) {
+    Tensor t(DType::kI32, {2});
+    t.ptr<int32_t>()[0] = 0;
+    t.ptr<int32_t>()[1] = n;
+    return t;
+  };
+  auto run = [&](int lo, int hi, Tensor& out, Tensor& lse) {
+    out = Tensor(DType::kF32, {T, H, D});
+    lse = Tensor(DType::kF32, {T, H});
+    out.poison();
+    lse.poison();
+    Tensor cq = cu(T), ck = cu(hi - lo);
+    RaggedAttentionParams r;
+    r.q = q;
+    r.k = k.view().slice(0, lo, hi);
+    r.v = v.view().slice(0, lo, hi);
+    r.cu_seqlens_q = cq;
+    r.cu_seqlens_k = ck;
+    r.out = out;
+    r.lse = lse;
+    r.causal = false;
+    ragged_attention(r, kRef);
+  };
+  Tensor ow, lw, oa, la, ob, lb;
+  run(0, K, ow, lw);
+  run(0, split, oa, la);
+  run(split, K, ob, lb);
+  merge_state({oa, la, ob, lb, oa, la}, kRef);
+  return testing::compare(oa, ow, la, lw);
+}
+
+void progress(const char* name, int done, int total) {
+  if (!isatty(fileno(stderr))) return;
+  const int width = 30, filled = total ? done * width / total : width;
+  std::fprintf(stderr, "\r%-24s [%.*s%*s] %d/%d", name, filled, "##############################",
+               width - filled, "", done, total);
+  if (done == total) std::fprintf(stderr, "\r%*s\r", 80, "");
+  std::fflush(stderr);
+}
+
+int usage(int code) {
+  std::printf(
+      "usage: flashback check [--device cpu|cuda] [--seed N] [--steps N] [--page-size P]\n"
+      "Runs randomized self-checks and prints, per suite, cases run, max error and pass/fail;\n"
+      "the last line is `N passed, M failed`; the exit code is non-zero on any failure.\n");
+  return code;
+}
+
+}  // namespace
+
+int run_check(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    auto value = [&](const char* flag) -> const char* {
+      if (i + 1 >= argc) throw Error(flag, "a value", "nothing");
+      return argv[++i];
+    };
+    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h"))
+      return usage(0);
+    else if (!std::strcmp(argv[i], "--device"))
+      o.device = value("--device");
+    else if (!std::strcmp(argv[i], "--seed"))
+      o.seed = std::strtoull(value("--seed"), nullptr, 10);
+    else if (!std::strcmp(argv[i], "--steps"))
+      o.steps = std::atoi(value("--steps"));
+    else if (!std::strcmp(argv[i], "--page-size"))
+      o.page_size = std::atoi(value("--page-size"));
+    else
+      throw Error("flashback check", "--device, --seed, --steps or --page-size", argv[i]);
+  }
+  FLASHBACK_CHECK(o.device == "cpu", "--device",
+                  "cpu (the CUDA self-check runs through the gpu test suite for now)", o.device);
+  FLASHBACK_CHECK(o.steps > 0, "--steps", "a positive count", std::to_string(o.steps));
+  FLASHBACK_CHECK(o.page_size >= 0, "--page-size", ">= 0 (0 = random)",
+                  std::to_string(o.page_size));
+
+  const std::vector<std::pair<const char*, Suite>> suites = {
+      {"paged: fast vs oracle", fast_vs_oracle},
+      {"paged: page-size forms", page_size_invariance},
+      {"merge: halves = whole", merge_halves},
+  };
+  std::printf("flashback check  device=%s seed=%llu steps=%d page-size=%s\n", o.device.c_str(),
+              static_cast<unsigned long long>(o.seed), o.steps,
+              o.page_size ? std::to_string(o.page_size).c_str() : "random");
+  std::printf("%-26s %7s %12s %12s  %s\n", "suite", "cases", "max |err|", "max rel", "result");
+  int passed = 0, failed = 0;
+  std::mt19937_64 rng(o.seed);
+  for (const auto& [name, suite] : suites) {
+    double max_abs = 0, max_rel = 0;
+    int bad = 0;
+    std::string first_why;
+    for (int s = 0; s < o.steps; ++s) {
+      const Comparison c = suite(rng, o);
+      max_abs = std::max(max_abs, c.max_abs);
+      max_rel = std::max(max_rel, c.rel_l2);
+      if (!c.ok && bad++ == 0) first_why = c.why;
+      progress(name, s + 1, o.steps);
+    }
+    std::printf("%-26s %7d %12.3g %12.3g  %s%s\n", name, o.steps, max_abs, max_rel,
+                bad ? "FAIL" : "pass",
+                bad ? (" (" + std::to_string(bad) + "x: " + first_why + ")").c_str() : "");
+    (bad ? failed : passed) += 1;
+  }
+  std::printf("%d passed, %d failed\n", passed, failed);
+  return failed ? 1 : 0;
+}
+
+}  // namespace flashback::tools
