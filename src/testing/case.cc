@@ -81,6 +81,7 @@ PagedData make_paged(const AttentionCase& c, uint64_t seed) {
   }
 
   auto fill_cache = [&](Tensor& t) {
+    if (!c.fill_values) return;
     if (is_fp8(c.kv_dtype)) {
       // Spread over the format's range so saturation-free rounding is exercised.
       const double sd = c.kv_dtype == DType::kF8E4M3 ? 24.0 : 2000.0;
@@ -98,7 +99,7 @@ PagedData make_paged(const AttentionCase& c, uint64_t seed) {
     p.v_cache = d.k_cache.view().slice(3, 0, Dv);
     p.k_cache = d.k_cache.view().slice(3, Dv, Dv + D);
     d.q = Tensor(c.dtype, {d.total_q, Hq, Dv + D});
-    fill_normal(d.q, rng);
+    if (c.fill_values) fill_normal(d.q, rng);
     p.qv = d.q.view().slice(2, 0, Dv);
     p.q = d.q.view().slice(2, Dv, Dv + D);
   } else {
@@ -109,7 +110,7 @@ PagedData make_paged(const AttentionCase& c, uint64_t seed) {
     p.k_cache = d.k_cache;
     p.v_cache = d.v_cache;
     d.q = Tensor(c.dtype, {d.total_q, Hq, D});
-    fill_normal(d.q, rng);
+    if (c.fill_values) fill_normal(d.q, rng);
     p.q = d.q;
   }
   if (is_fp8(c.kv_dtype)) {

@@ -32,6 +32,7 @@ struct AttentionCase {
   bool lse_transposed = false;   // LSE stored as [H, total_q] (FA3 layout)
   bool per_head_descale = true;  // fp8: random [B, Hk] descales; false: stride-0 scalar
   int extra_table_cols = 1;      // page-table columns beyond the longest request
+  bool fill_values = true;       // false: q and caches left unfilled (the bench fills GiBs faster)
   std::string describe() const;
 };
 
