@@ -3,6 +3,7 @@
 #include "flashback/ops.h"
 
 #include "common/validate.h"
+#include "cpu/fast/fast.h"
 #include "cpu/reference.h"
 
 #ifdef FLASHBACK_WITH_CUDA
@@ -31,7 +32,10 @@ int64_t paged_attention_workspace_bytes(const PagedAttentionParams& p, const Exe
 
 void paged_attention(const PagedAttentionParams& p, const Exec& exec) {
   const auto s = detail::validate(p);
-  if (s.device.type == DeviceType::kCPU) return reference::paged_attention(p, s);
+  if (s.device.type == DeviceType::kCPU) {
+    if (exec.cpu_impl == Exec::CpuImpl::kReference) return reference::paged_attention(p, s);
+    return cpu_fast::paged_attention(p, s, exec);
+  }
 #ifdef FLASHBACK_WITH_CUDA
   cuda::paged_attention(p, s, exec);
 #else
@@ -42,7 +46,10 @@ void paged_attention(const PagedAttentionParams& p, const Exec& exec) {
 
 void ragged_attention(const RaggedAttentionParams& p, const Exec& exec) {
   const auto s = detail::validate(p);
-  if (s.device.type == DeviceType::kCPU) return reference::ragged_attention(p, s);
+  if (s.device.type == DeviceType::kCPU) {
+    if (exec.cpu_impl == Exec::CpuImpl::kReference) return reference::ragged_attention(p, s);
+    return cpu_fast::ragged_attention(p, s, exec);
+  }
 #ifdef FLASHBACK_WITH_CUDA
   cuda::ragged_attention(p, s, exec);
 #else
@@ -53,7 +60,10 @@ void ragged_attention(const RaggedAttentionParams& p, const Exec& exec) {
 
 void merge_state(const MergeStateParams& p, const Exec& exec) {
   const auto s = detail::validate(p);
-  if (s.device.type == DeviceType::kCPU) return reference::merge_state(p, s);
+  if (s.device.type == DeviceType::kCPU) {
+    if (exec.cpu_impl == Exec::CpuImpl::kReference) return reference::merge_state(p, s);
+    return cpu_fast::merge_state(p, s, exec);
+  }
 #ifdef FLASHBACK_WITH_CUDA
   cuda::merge_state(p, s, exec);
 #else
@@ -64,7 +74,10 @@ void merge_state(const MergeStateParams& p, const Exec& exec) {
 
 void kv_store(const KVStoreParams& p, const Exec& exec) {
   const auto s = detail::validate(p);
-  if (s.device.type == DeviceType::kCPU) return reference::kv_store(p, s);
+  if (s.device.type == DeviceType::kCPU) {
+    if (exec.cpu_impl == Exec::CpuImpl::kReference) return reference::kv_store(p, s);
+    return cpu_fast::kv_store(p, s, exec);
+  }
 #ifdef FLASHBACK_WITH_CUDA
   cuda::kv_store(p, s, exec);
 #else

@@ -1,0 +1,368 @@
+// SIMD kernels of the fast CPU attention, compiled once per Highway target (SSE4, AVX2,
+// AVX-512, ...) and picked at run time. A task's rows (q token × q head of one KV group) are
+// scored against tiles of kTileKeys keys: the K/V rows of a tile are converted to fp32 once and
+// shared by every q head of the group (GQA), the softmax is online in fp32, and each split of
+// kSplitKeys keys yields a partial state (m, l, unnormalised O) merged in split order. The
+// per-element operation order never depends on which rows share a task or on threads, so results
+// are bitwise reproducible.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "cpu/fast/attention_kernel.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+// Must come after foreach_target.h.
+#include "hwy/contrib/math/math-inl.h"
+#include "hwy/highway.h"
+
+#ifndef FLASHBACK_CPU_FAST_ATTENTION_KERNEL_ONCE
+#define FLASHBACK_CPU_FAST_ATTENTION_KERNEL_ONCE
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "cpu/fast/attention.h"
+#include "cpu/fast/convert.h"
+#include "cpu/reference.h"
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace flashback::cpu_fast::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// Converts n elements at `src` (any cache/activation dtype) to fp32 and zero-fills to `padded`.
+void convert_row(const void* src, DType dt, int64_t n, int64_t padded, float* dst) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  int64_t i = 0;
+  if (dt == DType::kF32) {
+    const float* s = static_cast<const float*>(src);
+    for (; i + N <= n; i += N) hn::StoreU(hn::LoadU(df, s + i), df, dst + i);
+  } else if (dt == DType::kBF16) {
+    const hn::Rebind<hwy::bfloat16_t, DF> db;
+    const auto* s = static_cast<const hwy::bfloat16_t*>(src);
+    for (; i + N <= n; i += N) hn::StoreU(hn::PromoteTo(df, hn::LoadU(db, s + i)), df, dst + i);
+  } else if (dt == DType::kF16) {
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    const auto* s = static_cast<const hwy::float16_t*>(src);
+    for (; i + N <= n; i += N) hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, s + i)), df, dst + i);
+  }
+  // Tails and fp8 (no SIMD fp8 in this Highway version: a 256-entry table).
+  for (; i < n; ++i) dst[i] = load_f32(src, dt, i);
+  for (; i < padded; ++i) dst[i] = 0.0f;
+}
+
+// S[i][j] = q_i · k_j for R rows × K keys; one accumulator chain per element, summed over the
+// vectors of the row in order and then across lanes, whichever R and K are used.
+template <int R, int K>
+HWY_INLINE void dot_block(const float* q, int64_t qs, const float* k, int64_t ks, int64_t len,
+                          float* s, int64_t ss) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  using V = hn::Vec<DF>;
+  V acc[R][K];
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < K; ++j) acc[i][j] = hn::Zero(df);
+  for (int64_t x = 0; x < len; x += N) {
+    V kv[K];
+    for (int j = 0; j < K; ++j) kv[j] = hn::LoadU(df, k + j * ks + x);
+    for (int i = 0; i < R; ++i) {
+      const V qv = hn::LoadU(df, q + i * qs + x);
+      for (int j = 0; j < K; ++j) acc[i][j] = hn::MulAdd(qv, kv[j], acc[i][j]);
+    }
+  }
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < K; ++j) s[i * ss + j] = hn::GetLane(hn::SumOfLanes(df, acc[i][j]));
+}
+
+// Scores of `rows` rows against keys [j0, j1) of the tile.
+void scores(const float* q, int64_t qs, int64_t rows, const float* k, int64_t ks, int64_t len,
+            int64_t j0, int64_t j1, float* s) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    int64_t j = j0;
+    for (; j + 2 <= j1; j += 2)
+      dot_block<4, 2>(q + r * qs, qs, k + j * ks, ks, len, s + r * kTileKeys + j, kTileKeys);
+    for (; j < j1; ++j)
+      dot_block<4, 1>(q + r * qs, qs, k + j * ks, ks, len, s + r * kTileKeys + j, kTileKeys);
+  }
+  for (; r < rows; ++r) {  // a single row (MHA decode): more keys per pass keep FMAs busy
+    int64_t j = j0;
+    for (; j + 8 <= j1; j += 8)
+      dot_block<1, 8>(q + r * qs, qs, k + j * ks, ks, len, s + r * kTileKeys + j, kTileKeys);
+    for (; j < j1; ++j)
+      dot_block<1, 1>(q + r * qs, qs, k + j * ks, ks, len, s + r * kTileKeys + j, kTileKeys);
+  }
+}
+
+// O[i] += Σ_j p[i][j] · v_j over keys [j0, j1) for R rows, W vectors of O at a time; each
+// element sees the same MulAdd sequence whichever R and W are used.
+template <int R, int W>
+HWY_INLINE void pv_block(const float* p, const float* v, int64_t vs, int64_t j0, int64_t j1,
+                         float* o, int64_t os, int64_t x) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  using V = hn::Vec<DF>;
+  V acc[R][W];
+  for (int i = 0; i < R; ++i)
+    for (int w = 0; w < W; ++w) acc[i][w] = hn::LoadU(df, o + i * os + x + w * N);
+  for (int64_t j = j0; j < j1; ++j) {
+    V vv[W];
+    for (int w = 0; w < W; ++w) vv[w] = hn::LoadU(df, v + j * vs + x + w * N);
+    for (int i = 0; i < R; ++i) {
+      const V pb = hn::Set(df, p[i * kTileKeys + j]);
+      for (int w = 0; w < W; ++w) acc[i][w] = hn::MulAdd(pb, vv[w], acc[i][w]);
+    }
+  }
+  for (int i = 0; i < R; ++i)
+    for (int w = 0; w < W; ++w) hn::StoreU(acc[i][w], df, o + i * os + x + w * N);
+}
+
+void accumulate(const float* p, int64_t rows, const float* v, int64_t vs, int64_t j0, int64_t j1,
+                float* o, int64_t os, int64_t len) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    int64_t x = 0;
+    for (; x + 2 * N <= len; x += 2 * N)
+      pv_block<4, 2>(p + r * kTileKeys, v, vs, j0, j1, o + r * os, os, x);
+    for (; x < len; x += N) pv_block<4, 1>(p + r * kTileKeys, v, vs, j0, j1, o + r * os, os, x);
+  }
+  for (; r < rows; ++r) {
+    int64_t x = 0;
+    for (; x + 4 * N <= len; x += 4 * N)
+      pv_block<1, 4>(p + r * kTileKeys, v, vs, j0, j1, o + r * os, os, x);
+    for (; x < len; x += N) pv_block<1, 1>(p + r * kTileKeys, v, vs, j0, j1, o + r * os, os, x);
+  }
+}
+
+void scale_row(float* o, int64_t len, float alpha) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const auto a = hn::Set(df, alpha);
+  for (int64_t x = 0; x < len; x += N) hn::StoreU(hn::Mul(hn::LoadU(df, o + x), a), df, o + x);
+}
+
+// Online softmax of one row over tile keys [a, e] (tile-local, inclusive, non-empty): turns the
+// row's scores into weights p (zero outside [a, e]) and rescales its running m, l, O.
+void softmax_row(float* s, int64_t a, int64_t e, float softcap, float& m, float& l, float* o,
+                 int64_t dv) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  using V = hn::Vec<DF>;
+  const V lo = hn::Set(df, static_cast<float>(a)), hi = hn::Set(df, static_cast<float>(e));
+  const V neg_inf = hn::Set(df, kNegInf), cap = hn::Set(df, softcap);
+  V mx = neg_inf;
+  for (int64_t x = 0; x < kTileKeys; x += N) {
+    const V j = hn::Iota(df, static_cast<float>(x));
+    const auto in = hn::And(hn::Ge(j, lo), hn::Le(j, hi));
+    V v = hn::LoadU(df, s + x);
+    if (softcap > 0) v = hn::Mul(cap, hn::Tanh(df, v));  // q was pre-divided by softcap
+    v = hn::IfThenElse(in, v, neg_inf);
+    hn::StoreU(v, df, s + x);
+    mx = hn::Max(mx, v);
+  }
+  const float m_new = std::max(m, hn::GetLane(hn::MaxOfLanes(df, mx)));
+  const float alpha = m == kNegInf ? 0.0f : std::exp(m - m_new);
+  const V mv = hn::Set(df, m_new);
+  V sum = hn::Zero(df);
+  for (int64_t x = 0; x < kTileKeys; x += N) {
+    const V j = hn::Iota(df, static_cast<float>(x));
+    const auto in = hn::And(hn::Ge(j, lo), hn::Le(j, hi));
+    const V p = hn::IfThenElseZero(in, hn::Exp(df, hn::Sub(hn::LoadU(df, s + x), mv)));
+    hn::StoreU(p, df, s + x);
+    sum = hn::Add(sum, p);
+  }
+  l = l * alpha + hn::GetLane(hn::SumOfLanes(df, sum));
+  m = m_new;
+  if (alpha != 1.0f) scale_row(o, dv, alpha);
+}
+
+// state = [m × kMaxRows][l × kMaxRows][O × kMaxRows × dvp].
+void clear_state(float* st, int64_t rows, int64_t dvp) {
+  std::fill(st, st + kMaxRows, kNegInf);
+  std::fill(st + kMaxRows, st + 2 * kMaxRows, 0.0f);
+  std::fill(st + 2 * kMaxRows, st + 2 * kMaxRows + rows * dvp, 0.0f);
+}
+
+// run = merge(run, part): the log-sum-exp combination of two partial softmax states.
+void merge_state_rows(float* run, const float* part, int64_t rows, int64_t dvp) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float pm = part[r];
+    if (pm == kNegInf) continue;
+    float* o = run + 2 * kMaxRows + r * dvp;
+    const float* po = part + 2 * kMaxRows + r * dvp;
+    const float rm = run[r];
+    if (rm == kNegInf) {
+      run[r] = pm;
+      run[kMaxRows + r] = part[kMaxRows + r];
+      std::copy(po, po + dvp, o);
+      continue;
+    }
+    const float m = std::max(rm, pm);
+    const float ar = std::exp(rm - m), ap = std::exp(pm - m);
+    run[r] = m;
+    run[kMaxRows + r] = run[kMaxRows + r] * ar + part[kMaxRows + r] * ap;
+    const auto va = hn::Set(df, ar), vb = hn::Set(df, ap);
+    for (int64_t x = 0; x < dvp; x += N)
+      hn::StoreU(hn::MulAdd(hn::LoadU(df, po + x), vb, hn::Mul(hn::LoadU(df, o + x), va)), df,
+                 o + x);
+  }
+}
+
+struct Scratch {
+  std::vector<float> q, k, v, s, part;
+  std::vector<int64_t> k_off, v_off;
+};
+
+Scratch& scratch() {
+  thread_local Scratch sc;
+  return sc;
+}
+
+float descale(const float* d, int64_t s0, int64_t s1, int64_t b, int64_t g) {
+  return d ? d[b * s0 + g * s1] : 1.0f;
+}
+
+void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, float* state) {
+  const int64_t rows = t.rows();
+  const int64_t dp = pad(a.head_dim), dqvp = a.qv ? pad(a.head_dim_qv) : 0;
+  const int64_t dvp = pad(a.head_dim_v);
+  const bool mla = a.qv != nullptr;
+  // MLA: the tile row is [k_rope | c_kv] so one dot gives q_rope·k_rope + q_nope·c_kv, and the
+  // values are read from the c_kv part of the same buffer (converted once).
+  const int64_t qs = dp + dqvp, ks = mla ? dp + dvp : dp;
+  Scratch& sc = scratch();
+  sc.q.resize(static_cast<size_t>(kMaxRows * qs));
+  sc.k.resize(static_cast<size_t>(kTileKeys * ks));
+  if (!mla) sc.v.resize(static_cast<size_t>(kTileKeys * dvp));
+  sc.s.resize(static_cast<size_t>(kMaxRows * kTileKeys));
+  sc.part.resize(static_cast<size_t>(state_floats(a)));
+  sc.k_off.resize(kTileKeys);
+  sc.v_off.resize(kTileKeys);
+  float* vbuf = mla ? sc.k.data() + dp : sc.v.data();
+  const int64_t vs = mla ? ks : dvp;
+
+  // Fold scale, the fp8 key descale and 1/softcap into q so scores come out as logits (or as
+  // logit / softcap, the argument of tanh).
+  const float kd = descale(a.k_descale, a.kd_s0, a.kd_s1, t.b, t.g);
+  const float vd = descale(a.v_descale, a.vd_s0, a.vd_s1, t.b, t.g);
+  const float pre = a.scale / (a.softcap > 0 ? a.softcap : 1.0f);
+  for (int64_t ti = 0; ti < t.nt; ++ti)
+    for (int64_t hi = 0; hi < t.nh; ++hi) {
+      float* qr = sc.q.data() + (ti * t.nh + hi) * qs;
+      const int64_t tok = t.q0 + t.t0 + ti, h = t.g * a.group + t.h0 + hi;
+      const auto* qb = static_cast<const char*>(a.q);
+      convert_row(qb + (tok * a.q_s0 + h * a.q_s1) * dtype_size(a.q_dtype), a.q_dtype, a.head_dim,
+                  dp, qr);
+      for (int64_t d = 0; d < a.head_dim; ++d) qr[d] *= pre * kd;
+      if (mla) {
+        const auto* qvb = static_cast<const char*>(a.qv);
+        convert_row(qvb + (tok * a.qv_s0 + h * a.qv_s1) * dtype_size(a.q_dtype), a.q_dtype,
+                    a.head_dim_qv, dqvp, qr + dp);
+        for (int64_t d = 0; d < a.head_dim_qv; ++d) qr[dp + d] *= pre * vd;
+      }
+    }
+
+  // Key range of each token of the task.
+  int64_t lo[kMaxRows], hi[kMaxRows];
+  int64_t u_lo = t.kv_len, u_hi = -1;
+  for (int64_t ti = 0; ti < t.nt; ++ti) {
+    const auto kr = reference::visible_keys(t.t0 + ti, t.q_len, t.kv_len, a.causal, a.window_left,
+                                            a.window_right);
+    lo[ti] = kr.lo;
+    hi[ti] = kr.hi;
+    if (kr.lo <= kr.hi) {
+      u_lo = std::min(u_lo, kr.lo);
+      u_hi = std::max(u_hi, kr.hi);
+    }
+  }
+
+  clear_state(state, rows, dvp);
+  const auto* kbase = static_cast<const char*>(a.k);
+  const auto* vbase = static_cast<const char*>(a.v);
+  const int64_t esz = dtype_size(a.kv_dtype);
+  float* part = sc.part.data();
+  for (int64_t sp = s_lo; sp < s_hi; ++sp) {
+    const int64_t k_lo = std::max(u_lo, sp * kSplitKeys);
+    const int64_t k_hi = std::min(u_hi, (sp + 1) * kSplitKeys - 1);
+    if (k_lo > k_hi) continue;
+    clear_state(part, rows, dvp);
+    float* pm = part;
+    float* pl = part + kMaxRows;
+    float* po = part + 2 * kMaxRows;
+    for (int64_t ts = k_lo / kTileKeys * kTileKeys; ts <= k_hi; ts += kTileKeys) {
+      // Tile-local loaded range [j0, j1).
+      const int64_t j0 = std::max(k_lo, ts) - ts, j1 = std::min(k_hi, ts + kTileKeys - 1) - ts + 1;
+      key_offsets(a, t, ts + j0, j1 - j0, sc.k_off.data(), sc.v_off.data());
+      for (int64_t j = j0; j < j1; ++j) {
+        convert_row(kbase + sc.k_off[j - j0] * esz, a.kv_dtype, a.head_dim, dp,
+                    sc.k.data() + j * ks);
+        convert_row(vbase + sc.v_off[j - j0] * esz, a.kv_dtype, a.head_dim_v, dvp, vbuf + j * vs);
+      }
+      scores(sc.q.data(), qs, rows, sc.k.data(), ks, qs, j0, j1, sc.s.data());
+      for (int64_t ti = 0; ti < t.nt; ++ti) {
+        const int64_t ra = std::max(lo[ti], ts + j0) - ts, re = std::min(hi[ti], ts + j1 - 1) - ts;
+        for (int64_t hi2 = 0; hi2 < t.nh; ++hi2) {
+          const int64_t r = ti * t.nh + hi2;
+          float* srow = sc.s.data() + r * kTileKeys;
+          if (ra > re) {  // nothing visible here: weights 0, state untouched
+            std::fill(srow, srow + kTileKeys, 0.0f);
+            continue;
+          }
+          softmax_row(srow, ra, re, a.softcap, pm[r], pl[r], po + r * dvp, dvp);
+        }
+      }
+      accumulate(sc.s.data(), rows, vbuf, vs, j0, j1, po, dvp, dvp);
+    }
+    merge_state_rows(state, part, rows, dvp);
+  }
+}
+
+void Finish(const AttnArgs& a, const Task& t, const float* states, int64_t n) {
+  const int64_t rows = t.rows(), dvp = pad(a.head_dim_v), sf = state_floats(a);
+  Scratch& sc = scratch();
+  sc.part.resize(static_cast<size_t>(sf));
+  float* run = sc.part.data();
+  clear_state(run, rows, dvp);
+  for (int64_t i = 0; i < n; ++i) merge_state_rows(run, states + i * sf, rows, dvp);
+  const float vd = descale(a.v_descale, a.vd_s0, a.vd_s1, t.b, t.g);
+  auto* out = static_cast<char*>(a.out);
+  const int64_t osz = dtype_size(a.out_dtype);
+  for (int64_t ti = 0; ti < t.nt; ++ti)
+    for (int64_t hi = 0; hi < t.nh; ++hi) {
+      const int64_t r = ti * t.nh + hi;
+      const int64_t tok = t.q0 + t.t0 + ti, h = t.g * a.group + t.h0 + hi;
+      const float m = run[r], l = run[kMaxRows + r];
+      const bool empty = m == kNegInf || !(l > 0);
+      const float inv = empty ? 0.0f : vd / l;
+      float* o = run + 2 * kMaxRows + r * dvp;
+      for (int64_t d = 0; d < a.head_dim_v; ++d) o[d] = empty ? 0.0f : o[d] * inv;
+      store_f32_row(o, a.head_dim_v, out + (tok * a.out_s0 + h * a.out_s1) * osz, a.out_dtype);
+      if (a.lse) a.lse[tok * a.lse_s0 + h * a.lse_s1] = empty ? kNegInf : m + std::log(l);
+    }
+}
+
+}  // namespace flashback::cpu_fast::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace flashback::cpu_fast {
+
+HWY_EXPORT(RunSplits);
+HWY_EXPORT(Finish);
+
+void run_splits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, float* state) {
+  HWY_DYNAMIC_DISPATCH(RunSplits)(a, t, s_lo, s_hi, state);
+}
+
+void finish(const AttnArgs& a, const Task& t, const float* states, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(Finish)(a, t, states, n);
+}
+
+}  // namespace flashback::cpu_fast
+#endif  // HWY_ONCE

@@ -1,0 +1,124 @@
+// Batch invariance of the fast CPU paged attention: a request's output and LSE bits are the same
+// alone or inside a bigger batch, with 1, 2 or 3 threads — i.e. whether its fixed-size key splits
+// run in parallel and merge afterwards (small batch, several threads) or run in one task.
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "test_fast_common.h"
+
+namespace flashback {
+namespace {
+
+using testing::AttentionCase;
+using testing::make_paged;
+using testing::PagedData;
+
+struct Result {
+  std::vector<char> out, lse;
+};
+
+// Runs entry x of d's batch alone (views into the same inputs) with `threads`.
+Result run_alone(const PagedData& d, int64_t x, int threads) {
+  PagedAttentionParams p = d.params;
+  const int32_t* cu = d.cu_seqlens_q.ptr<int32_t>();
+  const int64_t q0 = cu[x], qn = cu[x + 1] - cu[x];
+  p.q = d.params.q.slice(0, q0, q0 + qn);
+  if (p.qv.defined()) p.qv = d.params.qv.slice(0, q0, q0 + qn);
+  p.page_table = d.params.page_table.slice(0, x, x + 1);
+  p.cache_seqlens = d.params.cache_seqlens.slice(0, x, x + 1);
+  if (p.k_descale.defined()) p.k_descale = d.params.k_descale.slice(0, x, x + 1);
+  if (p.v_descale.defined()) p.v_descale = d.params.v_descale.slice(0, x, x + 1);
+  Tensor cu1(DType::kI32, {2});
+  cu1.ptr<int32_t>()[0] = 0;
+  cu1.ptr<int32_t>()[1] = static_cast<int32_t>(qn);
+  p.cu_seqlens_q = cu1;
+  const TensorView o = d.params.out;
+  Tensor out(o.dtype, {qn, o.shape[1], o.shape[2]}), lse(DType::kF32, {qn, o.shape[1]});
+  out.poison();
+  lse.poison();
+  p.out = out;
+  p.lse = lse;
+  paged_attention(p, fast_test::fast(threads));
+  Result r;
+  r.out.assign(static_cast<char*>(out.data()), static_cast<char*>(out.data()) + out.nbytes());
+  r.lse.assign(static_cast<char*>(lse.data()), static_cast<char*>(lse.data()) + lse.nbytes());
+  return r;
+}
+
+// Runs the whole batch with `threads` and extracts entry x's rows.
+Result run_batch(const PagedData& src, int64_t x, int threads) {
+  PagedData d = testing::with_fresh_outputs(src);
+  paged_attention(d.params, fast_test::fast(threads));
+  const int32_t* cu = d.cu_seqlens_q.ptr<int32_t>();
+  const int64_t row_out = d.out.nbytes() / d.total_q, row_lse = d.lse.nbytes() / d.total_q;
+  Result r;
+  const char* o = static_cast<char*>(d.out.data());
+  const char* l = static_cast<char*>(d.lse.data());
+  r.out.assign(o + cu[x] * row_out, o + cu[x + 1] * row_out);
+  r.lse.assign(l + cu[x] * row_lse, l + cu[x + 1] * row_lse);
+  return r;
+}
+
+void expect_invariant(const AttentionCase& c, int64_t x) {
+  PagedData d = make_paged(c, 77);
+  const Result ref = run_alone(d, x, 1);
+  // The oracle agrees, so the bits compared below are right, not just stable.
+  PagedData o = testing::with_fresh_outputs(d);
+  paged_attention(o.params, fast_test::kRef);
+  PagedData f = testing::with_fresh_outputs(d);
+  paged_attention(f.params, fast_test::fast(2));
+  EXPECT_CLOSE(testing::compare(f.params.out, o.params.out, f.params.lse, o.params.lse),
+               c.describe());
+  for (int threads : {1, 2, 3}) {
+    for (bool alone : {true, false}) {
+      if (alone && threads == 1) continue;
+      const Result r = alone ? run_alone(d, x, threads) : run_batch(d, x, threads);
+      const std::string what = c.describe() + (alone ? " alone" : " in batch") + ", " +
+                               std::to_string(threads) + " threads";
+      EXPECT_TRUE(r.out == ref.out) << what << ": output bits differ";
+      EXPECT_TRUE(r.lse == ref.lse) << what << ": LSE bits differ";
+    }
+  }
+}
+
+TEST(FastInvariance, LongDecodeAloneOrBatchedAnyThreadCount) {
+  AttentionCase c;
+  c.heads_q = 8;
+  c.heads_kv = 2;
+  c.head_dim = 128;
+  c.page_size = 16;
+  c.q_lens = {1, 1, 1, 1, 1, 1};
+  c.kv_lens = {300, 1500, 17, 900, 2000, 1};
+  expect_invariant(c, 1);
+}
+
+TEST(FastInvariance, ExtendWindowSoftcap) {
+  AttentionCase c;
+  c.heads_q = 4;
+  c.heads_kv = 1;
+  c.page_size = 1;
+  c.q_lens = {3, 40, 1};
+  c.kv_lens = {50, 1200, 700};
+  c.window_left = 700;
+  c.softcap = 5.0f;
+  c.dtype = DType::kF32;
+  expect_invariant(c, 1);
+}
+
+TEST(FastInvariance, MlaFp8Decode) {
+  AttentionCase c;
+  c.mla = true;
+  c.heads_q = 16;
+  c.heads_kv = 1;
+  c.head_dim = 64;
+  c.head_dim_v = 512;
+  c.page_size = 16;
+  c.kv_dtype = DType::kF8E4M3;
+  c.q_lens = {1, 1, 1};
+  c.kv_lens = {1100, 40, 600};
+  expect_invariant(c, 0);
+}
+
+}  // namespace
+}  // namespace flashback
