@@ -67,6 +67,15 @@ class Framework:
     def broadcast_to(self, x, shape):
         return self.xp.broadcast_to(x, tuple(shape))
 
+    def small_readonly(self, x):
+        """A small array the kernels only read. NumPy exports read-only (e.g. broadcast) arrays
+        through the buffer protocol only, which nanobind does not take for keyword arguments,
+        so those are copied (PyTorch's expand() views cross as they are)."""
+        flags = getattr(x, "flags", None)
+        if flags is not None and not flags.writeable:
+            return self.xp.ascontiguousarray(x)
+        return x
+
     def repeat(self, x, n, axis):
         return self.xp.repeat(x, n, axis=axis)
 
@@ -117,6 +126,9 @@ class Torch(Framework):
 
     def broadcast_to(self, x, shape):
         return x.expand(tuple(shape))
+
+    def small_readonly(self, x):
+        return x
 
     def repeat(self, x, n, axis):
         return x.repeat_interleave(n, dim=axis)

@@ -54,7 +54,7 @@ def _per_batch_descale(fw, d, batch, heads_kv):
     d = fw.astype(d, "float32")
     if d.ndim == 0 or (d.ndim == 1 and d.shape[0] == 1):
         d = fw.broadcast_to(fw.reshape(d, (1, 1)), (batch, heads_kv))
-    return d
+    return fw.small_readonly(d)
 
 
 def _new_slots(fw, page_table, cache_seqlens, cu_new, total_new, page_size, like):

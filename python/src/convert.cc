@@ -25,7 +25,8 @@ DType dtype_of(const nb::dlpack::dtype& t, const char* name) {
               got);
 }
 
-Device device_of(const nb::ndarray<>& a, const char* name) {
+template <typename A>
+Device device_of(const A& a, const char* name) {
   switch (a.device_type()) {
     case nb::device::cpu::value:
     case nb::device::cuda_host::value:  // pinned host memory is ordinary host memory here
@@ -47,7 +48,11 @@ std::optional<DType> parse_kv_dtype(const std::optional<std::string>& name) {
   throw Error("kv_dtype", "\"fp8_e4m3\", \"fp8_e5m2\", \"auto\" or None", "\"" + *name + "\"");
 }
 
-TensorView to_view(const nb::ndarray<>& a, const char* name, std::optional<DType> as_dtype) {
+namespace {
+
+template <typename A>
+TensorView view_of(const A& a, const char* name, std::optional<DType> as_dtype) {
+  if (!a.is_valid()) return TensorView{};
   FLASHBACK_CHECK(a.ndim() <= size_t{TensorView::kMaxDims}, name, "at most 6 dimensions",
                   std::to_string(a.ndim()));
   TensorView v;
@@ -59,7 +64,7 @@ TensorView to_view(const nb::ndarray<>& a, const char* name, std::optional<DType
     v.dtype = *as_dtype;
   }
   v.device = device_of(a, name);
-  v.data = a.data();
+  v.data = const_cast<void*>(static_cast<const void*>(a.data()));  // read-only by contract
   v.ndim = static_cast<int>(a.ndim());
   for (int d = 0; d < v.ndim; ++d) {
     v.shape[d] = static_cast<int64_t>(a.shape(d));
@@ -74,9 +79,14 @@ TensorView to_view(const nb::ndarray<>& a, const char* name, std::optional<DType
   return v;
 }
 
-TensorView to_view(const std::optional<nb::ndarray<>>& a, const char* name,
-                   std::optional<DType> as_dtype) {
-  return a ? to_view(*a, name, as_dtype) : TensorView{};
+}  // namespace
+
+TensorView to_view(const Array& a, const char* name, std::optional<DType> as_dtype) {
+  return view_of(a, name, as_dtype);
+}
+
+TensorView to_view(const InArray& a, const char* name, std::optional<DType> as_dtype) {
+  return view_of(a, name, as_dtype);
 }
 
 }  // namespace flashback::python

@@ -18,13 +18,17 @@ namespace nb = nanobind;
 /// "" and "auto" mean "the array's own dtype").
 std::optional<DType> parse_kv_dtype(const std::optional<std::string>& name);
 
-/// A view of `a`. `as_dtype` reinterprets a uint8 array as fp8 (DLPack before 1.0 has no fp8
-/// codes); any other reinterpretation is an error naming `name`.
-TensorView to_view(const nb::ndarray<>& a, const char* name,
-                   std::optional<DType> as_dtype = std::nullopt);
+/// Arrays the entry points write (outputs, caches being stored to).
+using Array = nb::ndarray<>;
+/// Arrays they only read. Read-only arrays are accepted (NumPy refuses to export read-only or
+/// broadcast arrays, such as a stride-0 descale, as writable).
+using InArray = nb::ndarray<nb::ro>;
 
-/// Like to_view; an absent array gives an absent (default) view.
-TensorView to_view(const std::optional<nb::ndarray<>>& a, const char* name,
+/// A view of `a`; an invalid array (None, for arguments declared `.none()`) gives an absent
+/// (default) view. `as_dtype` reinterprets a uint8 array as fp8 (DLPack before 1.0 has no fp8
+/// codes); any other reinterpretation is an error naming `name`.
+TensorView to_view(const Array& a, const char* name, std::optional<DType> as_dtype = std::nullopt);
+TensorView to_view(const InArray& a, const char* name,
                    std::optional<DType> as_dtype = std::nullopt);
 
 }  // namespace flashback::python

@@ -20,9 +20,6 @@ using namespace nb::literals;
 namespace flashback::python {
 namespace {
 
-using Array = nb::ndarray<>;
-using OptArray = std::optional<nb::ndarray<>>;
-
 Exec make_exec(uintptr_t stream, bool reference, bool deterministic, int num_threads) {
   Exec e;
   e.stream = reinterpret_cast<void*>(stream);
@@ -34,10 +31,9 @@ Exec make_exec(uintptr_t stream, bool reference, bool deterministic, int num_thr
 
 void paged_attention(const Array& q, const Array& k_cache, const Array& v_cache,
                      const Array& page_table, const Array& cache_seqlens, const Array& cu_seqlens_q,
-                     const Array& out, const OptArray& qv, const OptArray& lse,
-                     const OptArray& k_descale, const OptArray& v_descale,
-                     const OptArray& table_rows, const OptArray& kv_start,
-                     const OptArray& workspace, nb::object workspace_alloc, bool table_holds_slots,
+                     const Array& out, const Array& qv, const Array& lse, const Array& k_descale,
+                     const Array& v_descale, const Array& table_rows, const Array& kv_start,
+                     const Array& workspace, nb::object workspace_alloc, bool table_holds_slots,
                      const std::optional<std::string>& kv_dtype, float softmax_scale, bool causal,
                      int window_left, int window_right, float softcap, int max_seqlen_q,
                      int num_splits, uintptr_t stream, bool reference, bool deterministic,
@@ -70,7 +66,7 @@ void paged_attention(const Array& q, const Array& k_cache, const Array& v_cache,
 
   // The workspace is sized by the library but allocated by the caller's framework (its
   // allocator, its stream semantics), through the callback the Python layer passes.
-  OptArray allocated;
+  Array allocated;
   if (!p.workspace.defined()) {
     const int64_t bytes = flashback::paged_attention_workspace_bytes(p, exec);
     if (bytes > 0) {
@@ -85,11 +81,11 @@ void paged_attention(const Array& q, const Array& k_cache, const Array& v_cache,
   flashback::paged_attention(p, exec);
 }
 
-void ragged_attention(const Array& q, const Array& k, const Array& v, const Array& cu_seqlens_q,
-                      const Array& cu_seqlens_k, const Array& out, const OptArray& lse,
-                      float softmax_scale, bool causal, int window_left, int window_right,
-                      float softcap, int max_seqlen_q, int max_seqlen_k, uintptr_t stream,
-                      bool reference, bool deterministic, int num_threads) {
+void ragged_attention(const InArray& q, const InArray& k, const InArray& v,
+                      const InArray& cu_seqlens_q, const InArray& cu_seqlens_k, const Array& out,
+                      const Array& lse, float softmax_scale, bool causal, int window_left,
+                      int window_right, float softcap, int max_seqlen_q, int max_seqlen_k,
+                      uintptr_t stream, bool reference, bool deterministic, int num_threads) {
   RaggedAttentionParams p;
   p.q = to_view(q, "q");
   p.k = to_view(k, "k");
@@ -110,9 +106,9 @@ void ragged_attention(const Array& q, const Array& k, const Array& v, const Arra
   flashback::ragged_attention(p, exec);
 }
 
-void merge_state(const Array& out_a, const Array& lse_a, const Array& out_b, const Array& lse_b,
-                 const Array& out, const OptArray& lse, uintptr_t stream, bool reference,
-                 int num_threads) {
+void merge_state(const InArray& out_a, const InArray& lse_a, const InArray& out_b,
+                 const InArray& lse_b, const Array& out, const Array& lse, uintptr_t stream,
+                 bool reference, int num_threads) {
   MergeStateParams p;
   p.out_a = to_view(out_a, "out_a");
   p.lse_a = to_view(lse_a, "lse_a");
@@ -125,8 +121,8 @@ void merge_state(const Array& out_a, const Array& lse_a, const Array& out_b, con
   flashback::merge_state(p, exec);
 }
 
-void kv_store(const Array& k, const OptArray& v, const Array& loc, const Array& k_cache,
-              const OptArray& v_cache, float k_scale, float v_scale,
+void kv_store(const InArray& k, const InArray& v, const InArray& loc, const Array& k_cache,
+              const Array& v_cache, float k_scale, float v_scale,
               const std::optional<std::string>& kv_dtype, uintptr_t stream, bool reference,
               int num_threads) {
   const auto cache_dtype = parse_kv_dtype(kv_dtype);
@@ -154,9 +150,10 @@ NB_MODULE(_C, m) {
   nb::exception<flashback::Error>(m, "Error", PyExc_ValueError);
 
   m.def("paged_attention", &paged_attention, "q"_a, "k_cache"_a, "v_cache"_a, "page_table"_a,
-        "cache_seqlens"_a, "cu_seqlens_q"_a, "out"_a, nb::kw_only(), "qv"_a = nb::none(),
-        "lse"_a = nb::none(), "k_descale"_a = nb::none(), "v_descale"_a = nb::none(),
-        "table_rows"_a = nb::none(), "kv_start"_a = nb::none(), "workspace"_a = nb::none(),
+        "cache_seqlens"_a, "cu_seqlens_q"_a, "out"_a, nb::kw_only(), "qv"_a.none() = nb::none(),
+        "lse"_a.none() = nb::none(), "k_descale"_a.none() = nb::none(),
+        "v_descale"_a.none() = nb::none(), "table_rows"_a.none() = nb::none(),
+        "kv_start"_a.none() = nb::none(), "workspace"_a.none() = nb::none(),
         "workspace_alloc"_a = nb::none(), "table_holds_slots"_a = false, "kv_dtype"_a = nb::none(),
         "softmax_scale"_a = 0.0f, "causal"_a = true, "window_left"_a = -1, "window_right"_a = -1,
         "softcap"_a = 0.0f, "max_seqlen_q"_a = 0, "num_splits"_a = 0, "stream"_a = 0,
@@ -164,13 +161,13 @@ NB_MODULE(_C, m) {
         "Paged attention (PagedAttentionParams). q/out are [total_q, H, D]; lse is f32 "
         "[total_q, H] with any strides. reference=True runs the fp64 CPU oracle.");
   m.def("ragged_attention", &ragged_attention, "q"_a, "k"_a, "v"_a, "cu_seqlens_q"_a,
-        "cu_seqlens_k"_a, "out"_a, nb::kw_only(), "lse"_a = nb::none(), "softmax_scale"_a = 0.0f,
-        "causal"_a = true, "window_left"_a = -1, "window_right"_a = -1, "softcap"_a = 0.0f,
-        "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0, "stream"_a = 0, "reference"_a = false,
-        "deterministic"_a = false, "num_threads"_a = 0,
+        "cu_seqlens_k"_a, "out"_a, nb::kw_only(), "lse"_a.none() = nb::none(),
+        "softmax_scale"_a = 0.0f, "causal"_a = true, "window_left"_a = -1, "window_right"_a = -1,
+        "softcap"_a = 0.0f, "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0, "stream"_a = 0,
+        "reference"_a = false, "deterministic"_a = false, "num_threads"_a = 0,
         "Attention over contiguous varlen K/V (RaggedAttentionParams).");
   m.def("merge_state", &merge_state, "out_a"_a, "lse_a"_a, "out_b"_a, "lse_b"_a, "out"_a,
-        nb::kw_only(), "lse"_a = nb::none(), "stream"_a = 0, "reference"_a = false,
+        nb::kw_only(), "lse"_a.none() = nb::none(), "stream"_a = 0, "reference"_a = false,
         "num_threads"_a = 0, "Merges two partial attention states (MergeStateParams).");
   m.def("kv_store", &kv_store, "k"_a, "v"_a.none(), "loc"_a, "k_cache"_a, "v_cache"_a.none(),
         nb::kw_only(), "k_scale"_a = 1.0f, "v_scale"_a = 1.0f, "kv_dtype"_a = nb::none(),
