@@ -169,7 +169,7 @@ PagedData with_fresh_outputs(const PagedData& src) {
   d.out = Tensor(o.dtype, o.shape.data(), o.ndim);
   d.out.poison();
   d.params.out = d.out;
-  if (src.lse.numel() > 0) {
+  if (src.lse.data() != nullptr) {  // an absent Tensor has numel() 1 (rank 0)
     const TensorView l = src.lse.view();
     d.lse = Tensor(l.dtype, l.shape.data(), l.ndim);
     d.lse.poison();
