@@ -1,0 +1,98 @@
+#include "bench/report.h"
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+namespace flashback::bench {
+
+std::string build_commit() { return FLASHBACK_GIT_COMMIT; }
+
+Row make_row(const std::string& name, const Cost& cost, const Timing& t, const Ceilings& c) {
+  Row r;
+  r.workload = name;
+  r.cost = cost;
+  r.timing = t;
+  if (t.median_ms > 0) {
+    // Same units as peers.py: bytes / ms / 1e9 = TB/s, flops / ms / 1e9 = TFLOP/s.
+    r.TBps = static_cast<double>(cost.bytes) / t.median_ms / 1e9;
+    r.TFLOPs = static_cast<double>(cost.flops) / t.median_ms / 1e9;
+  }
+  const double ridge = c.read_TBps > 0 ? c.peak_TFLOPs / c.read_TBps : 0;  // FLOP per byte
+  const double intensity = cost.bytes > 0 ? static_cast<double>(cost.flops) / cost.bytes : 1e30;
+  if (intensity < ridge || c.peak_TFLOPs <= 0) {
+    r.bound = "memory";
+    r.pct = c.read_TBps > 0 ? 100.0 * r.TBps / c.read_TBps : 0;
+  } else {
+    r.bound = "compute";
+    r.pct = 100.0 * r.TFLOPs / c.peak_TFLOPs;
+  }
+  return r;
+}
+
+void print_table(std::ostream& os, const RunInfo& info, const Ceilings& c,
+                 const std::vector<Row>& rows) {
+  char line[512];
+  os << "# flashback bench  device " << info.device_kind << ": " << c.device << "  commit "
+     << info.commit << "  " << info.date << (info.deterministic ? "  deterministic" : "") << "\n";
+  std::snprintf(line, sizeof line, "# ceilings: read %.3f TB/s (%s); peak %.2f TFLOP/s (%s)\n",
+                c.read_TBps, c.read_method.c_str(), c.peak_TFLOPs, c.peak_method.c_str());
+  os << line;
+  std::snprintf(line, sizeof line, "%-26s %10s %8s %9s %8s %7s %5s %4s\n", "workload", "ms", "TB/s",
+                "TFLOP/s", "bound", "%ceil", "runs", "copy");
+  os << line;
+  int failed = 0;
+  for (const Row& r : rows) {
+    if (!r.error.empty()) {
+      ++failed;
+      os << std::string(r.workload).append(26 > r.workload.size() ? 26 - r.workload.size() : 0, ' ')
+         << " unsupported: " << r.error << "\n";
+      continue;
+    }
+    std::snprintf(line, sizeof line, "%-26s %10.4f %8.4f %9.4f %8s %6.1f%% %5d %4d\n",
+                  r.workload.c_str(), r.timing.median_ms, r.TBps, r.TFLOPs, r.bound.c_str(), r.pct,
+                  r.timing.runs, r.timing.copies);
+    os << line;
+  }
+  os << rows.size() - failed << " ran, " << failed << " unsupported\n";
+}
+
+std::string to_json(const RunInfo& info, const Ceilings& c, const std::vector<Row>& rows) {
+  using nlohmann::json;
+  json doc;
+  doc["device"] = c.device;
+  doc["device_kind"] = info.device_kind;
+  doc["peer"] = "flashback";
+  doc["commit"] = info.commit;
+  doc["date"] = info.date;
+  doc["workloads_file"] = info.workloads_file;
+  doc["threads"] = info.threads;
+  doc["deterministic"] = info.deterministic;
+  doc["ceilings"] = {{"read_TBps", c.read_TBps},
+                     {"peak_TFLOPs", c.peak_TFLOPs},
+                     {"read_method", c.read_method},
+                     {"peak_method", c.peak_method}};
+  json ok = json::array(), failed = json::array();
+  for (const Row& r : rows) {
+    if (!r.error.empty()) {
+      failed.push_back({{"workload", r.workload}, {"error", r.error}});
+      continue;
+    }
+    ok.push_back({{"workload", r.workload},
+                  {"peer", "flashback"},
+                  {"ms", r.timing.median_ms},
+                  {"TBps", r.TBps},
+                  {"TFLOPs", r.TFLOPs},
+                  {"min_ms", r.timing.min_ms},
+                  {"runs", r.timing.runs},
+                  {"copies", r.timing.copies},
+                  {"bytes", r.cost.bytes},
+                  {"flops", r.cost.flops},
+                  {"bound", r.bound},
+                  {"pct_of_ceiling", r.pct}});
+  }
+  doc["rows"] = ok;
+  doc["failed"] = failed;
+  return doc.dump(1) + "\n";
+}
+
+}  // namespace flashback::bench

@@ -1,0 +1,85 @@
+// Rows, roofline bound and JSON shape (peers.py's keys), checked with hand-computed figures.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "bench/cuda_bench.h"
+#include "bench/report.h"
+
+namespace flashback::bench {
+namespace {
+
+Ceilings ceilings() {
+  Ceilings c;
+  c.device = "test";
+  c.read_TBps = 1.0;  // ridge point: 10 FLOP per byte
+  c.peak_TFLOPs = 10.0;
+  return c;
+}
+
+TEST(Report, MemoryBoundRow) {
+  Timing t;
+  t.median_ms = 2.0;
+  const Row r = make_row("m", Cost{1'000'000'000, 2'000'000'000}, t, ceilings());
+  EXPECT_DOUBLE_EQ(r.TBps, 0.5);  // 1e9 B in 2 ms
+  EXPECT_DOUBLE_EQ(r.TFLOPs, 1.0);
+  EXPECT_EQ(r.bound, "memory");
+  EXPECT_DOUBLE_EQ(r.pct, 50.0);
+}
+
+TEST(Report, ComputeBoundRow) {
+  Timing t;
+  t.median_ms = 20.0;
+  const Row r = make_row("c", Cost{1'000'000'000, 100'000'000'000}, t, ceilings());
+  EXPECT_DOUBLE_EQ(r.TFLOPs, 5.0);
+  EXPECT_EQ(r.bound, "compute");
+  EXPECT_DOUBLE_EQ(r.pct, 50.0);
+}
+
+TEST(Report, JsonRowsReadLikePeers) {
+  Timing t;
+  t.median_ms = 2.0;
+  t.runs = 9;
+  t.copies = 3;
+  std::vector<Row> rows = {make_row("a", Cost{1'000'000'000, 2'000'000'000}, t, ceilings())};
+  Row bad;
+  bad.workload = "b";
+  bad.error = "head_dim: expected one of 64, 128, got 80";
+  rows.push_back(bad);
+  RunInfo info;
+  info.device_kind = "cpu";
+  const auto doc = nlohmann::json::parse(to_json(info, ceilings(), rows));
+  ASSERT_EQ(doc["rows"].size(), 1u);
+  const auto& r = doc["rows"][0];
+  EXPECT_EQ(r["workload"], "a");
+  EXPECT_EQ(r["peer"], "flashback");
+  EXPECT_DOUBLE_EQ(r["ms"].get<double>(), 2.0);
+  EXPECT_DOUBLE_EQ(r["TBps"].get<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(r["TFLOPs"].get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(doc["ceilings"]["read_TBps"].get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(doc["ceilings"]["peak_TFLOPs"].get<double>(), 10.0);
+  EXPECT_EQ(doc["device"], "test");
+  ASSERT_EQ(doc["failed"].size(), 1u);
+  EXPECT_EQ(doc["failed"][0]["workload"], "b");
+
+  std::ostringstream table;
+  print_table(table, info, ceilings(), rows);
+  EXPECT_NE(table.str().find("b                          unsupported: head_dim"), std::string::npos)
+      << table.str();
+  EXPECT_NE(table.str().find("1 ran, 1 unsupported"), std::string::npos) << table.str();
+}
+
+TEST(Report, CudaInCpuBuildIsAClearError) {
+  if (cuda_built()) GTEST_SKIP() << "this build has CUDA: the error path does not exist";
+  try {
+    measure_cuda_ceilings();
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), "--device");
+    EXPECT_NE(std::string(e.what()).find("no CUDA support"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace flashback::bench
