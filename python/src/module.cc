@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "backend.h"
 #include "convert.h"
 #include "flashback/error.h"
 #include "flashback/ops.h"
@@ -173,4 +174,6 @@ NB_MODULE(_C, m) {
         nb::kw_only(), "k_scale"_a = 1.0f, "v_scale"_a = 1.0f, "kv_dtype"_a = nb::none(),
         "stream"_a = 0, "reference"_a = false, "num_threads"_a = 0,
         "Writes K/V rows to cache slots, quantising to fp8 caches (KVStoreParams).");
+
+  bind_backend(m);
 }

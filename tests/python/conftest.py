@@ -31,6 +31,13 @@ def poison_outputs(monkeypatch):
     yield
 
 
+@pytest.fixture(params=["fast", "oracle"])
+def reference(request):
+    """Runs a test against both CPU implementations: the fast kernels and the fp64 oracle
+    (`reference=True`), each compared with the tests' own float64 reference."""
+    return request.param == "oracle"
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
         item.add_marker(pytest.mark.python)

@@ -8,7 +8,7 @@ import flashback
 
 
 @pytest.mark.parametrize("causal", [True, False])
-def test_varlen_func_ragged(causal):
+def test_varlen_func_ragged(causal, reference):
     # q/k head dim 192, v head dim 128 (MLA chunked-prefix MHA); lengths incl. 0 and 1.
     rng = np.random.default_rng(20)
     q_lens, k_lens = [3, 0, 1, 5], [3, 4, 1, 9]
@@ -20,7 +20,7 @@ def test_varlen_func_ragged(causal):
     cu_k = np.concatenate([[0], np.cumsum(k_lens)]).astype(np.int32)
     out, lse = flashback.flash_attn_varlen_func(
         q, k, v, cu_q, cu_k, max(q_lens), max(k_lens), causal=causal, softmax_scale=0.1,
-        return_softmax_lse=True)
+        return_softmax_lse=True, reference=reference)
     assert lse.shape == (H, sum(q_lens))
     outs, lses = [], []
     for b in range(len(q_lens)):
@@ -42,7 +42,7 @@ def test_varlen_func_unsupported():
         flashback.flash_attn_varlen_func(z, z, z, cu, cu, 1, 1, qv=z)
 
 
-def test_merge_state():
+def test_merge_state(reference):
     rng = np.random.default_rng(21)
     T, H, D = 5, 3, 16
     va, vb = rng.standard_normal((2, T, H, D)).astype(np.float32)
@@ -50,7 +50,7 @@ def test_merge_state():
     sa[0, 0] = -np.inf  # an empty part: the other passes through
     sb[1, 1] = np.inf   # FlashAttention's +inf empty marker: treated as empty too
     sa[2, 2] = sb[2, 2] = -np.inf  # both empty
-    v, s = flashback.merge_state(va, sa, vb, sb)
+    v, s = flashback.merge_state(va, sa, vb, sb, reference=reference)
     a, b = sa.astype(np.float64), sb.astype(np.float64)
     a[np.isposinf(a)], b[np.isposinf(b)] = -np.inf, -np.inf
     ref_s = np.logaddexp(a, b)
@@ -65,12 +65,12 @@ def test_merge_state():
 
     # In place into a's buffers (v_merged / s_merged may alias v_a / s_a).
     va2, sa2 = va.copy(), sa.copy()
-    flashback.merge_state(va2, sa2, vb, sb, va2, sa2)
+    flashback.merge_state(va2, sa2, vb, sb, va2, sa2, reference=reference)
     np.testing.assert_array_equal(va2, v)
 
 
 @pytest.mark.parametrize("paged", [False, True])
-def test_kv_store(paged):
+def test_kv_store(paged, reference):
     rng = np.random.default_rng(22)
     slots, Hk, D, Dv, P = 24, 2, 8, 4, 4
     k = rng.standard_normal((5, Hk, D)).astype(np.float32)
@@ -80,7 +80,7 @@ def test_kv_store(paged):
     vc = np.full((slots, Hk, Dv), np.nan, np.float32)
     kc_arg = kc.reshape(slots // P, P, Hk, D) if paged else kc
     vc_arg = vc.reshape(slots // P, P, Hk, Dv) if paged else vc
-    flashback.kv_store(k, v, loc, kc_arg, vc_arg)
+    flashback.kv_store(k, v, loc, kc_arg, vc_arg, reference=reference)
     np.testing.assert_array_equal(kc[loc], k)
     np.testing.assert_array_equal(vc[loc], v)
     untouched = np.setdiff1d(np.arange(slots), loc)
@@ -88,14 +88,14 @@ def test_kv_store(paged):
 
 
 @pytest.mark.parametrize("fmt", ["fp8_e4m3", "fp8_e5m2"])
-def test_kv_store_fp8_mla(fmt):
+def test_kv_store_fp8_mla(fmt, reference):
     # MLA: latent rows in k, no v; fp8 cache as uint8 with the format named; x / k_scale stored.
     rng = np.random.default_rng(23)
     k = rng.standard_normal((6, 1, 576)).astype(np.float32)
     k_before = k.copy()
     loc = np.array([3, 0, 7, 1, 5, 2], np.int32)
     cache = np.zeros((8, 1, 576), np.uint8)
-    flashback.kv_store(k, None, loc, cache, None, k_scale=0.5, kv_dtype=fmt)
+    flashback.kv_store(k, None, loc, cache, None, k_scale=0.5, kv_dtype=fmt, reference=reference)
     np.testing.assert_array_equal(k, k_before)  # the caller's tensor is not modified
     stored = decode_fp8(cache[loc], fmt)
     want = k / 0.5

@@ -10,13 +10,13 @@ from reference import PagedCase, as_f64, assert_close, assert_lse_close, attenti
 import flashback
 
 
-def run_case(case, *, causal=True, window=(-1, -1), softcap=0.0, scale=None, mla=False,
+def run_case(case, reference, *, causal=True, window=(-1, -1), softcap=0.0, scale=None, mla=False,
              descale=False, varlen=True, lse=True, scalar_descale=False):
     a = case.build()
     rng = a["rng"]
     batch = len(case.q_lens)
     kwargs = dict(causal=causal, window_size=window, softcap=softcap, softmax_scale=scale,
-                  return_softmax_lse=lse)
+                  return_softmax_lse=lse, reference=reference)
     qv = None
     if mla:
         qv = rng.standard_normal((a["q"].shape[0], case.heads, case.head_dim_v)).astype(case.dtype)
@@ -91,58 +91,58 @@ RAGGED = [
 @pytest.mark.parametrize("page_size", [1, 3, 16])
 @pytest.mark.parametrize("lens", RAGGED)
 @pytest.mark.parametrize("causal", [True, False])
-def test_ragged_paged(page_size, lens, causal):
+def test_ragged_paged(page_size, lens, causal, reference):
     q_lens, kv_lens = lens
     kv_lens = [max(k, q) for k, q in zip(kv_lens, q_lens)]
     run_case(PagedCase(q_lens, kv_lens, page_size=page_size, seed=page_size + 7 * causal),
-             causal=causal)
+             reference, causal=causal)
 
 
 @pytest.mark.parametrize("window", [(0, 0), (3, 0), (5, 2), (-1, 1)])
-def test_window_softcap_gqa(window):
+def test_window_softcap_gqa(window, reference):
     case = PagedCase([4, 1, 6], [9, 20, 6], heads=8, heads_kv=2, page_size=4, seed=3)
-    run_case(case, causal=window[1] == 0, window=window, softcap=5.0, scale=0.2)
+    run_case(case, reference, causal=window[1] == 0, window=window, softcap=5.0, scale=0.2)
 
 
-def test_mqa_and_float16():
+def test_mqa_and_float16(reference):
     case = PagedCase([2, 5], [30, 5], heads=6, heads_kv=1, page_size=8, dtype="float16", seed=4)
-    run_case(case, causal=True)
+    run_case(case, reference, causal=True)
 
 
-def test_batch_form_lse_layout():
+def test_batch_form_lse_layout(reference):
     case = PagedCase([3, 3, 3], [5, 3, 18], page_size=4, seed=5)
-    run_case(case, varlen=False)
+    run_case(case, reference, varlen=False)
 
 
-def test_mla_absorbed_qv():
+def test_mla_absorbed_qv(reference):
     # q = rope part (64), qv = nope part paired with c_kv (v_cache, 512 wide); one KV head.
     case = PagedCase([1, 2, 1], [17, 5, 1], heads=4, heads_kv=1, head_dim=64, head_dim_v=512,
                      page_size=16, seed=6)
-    run_case(case, causal=True, mla=True)
+    run_case(case, reference, causal=True, mla=True)
 
 
 @pytest.mark.parametrize("fmt", ["fp8_e4m3", "fp8_e5m2"])
-def test_fp8_cache_uint8_with_descale(fmt):
+def test_fp8_cache_uint8_with_descale(fmt, reference):
     case = PagedCase([1, 3, 2], [12, 3, 33], page_size=16, kv_fmt=fmt, seed=8)
-    run_case(case, causal=True, descale=True, window=(6, 0))
+    run_case(case, reference, causal=True, descale=True, window=(6, 0))
 
 
-def test_fp8_broadcast_scalar_descale():
+def test_fp8_broadcast_scalar_descale(reference):
     case = PagedCase([2, 1], [5, 17], page_size=16, kv_fmt="fp8_e4m3", seed=9)
-    run_case(case, causal=True, descale=True, scalar_descale=True)
+    run_case(case, reference, causal=True, descale=True, scalar_descale=True)
 
 
-def test_descale_ignored_for_float_cache():
+def test_descale_ignored_for_float_cache(reference):
     # FA3 reads k/v descale only for fp8 caches; code that passes them anyway must still work.
     case = PagedCase([2], [5], page_size=4, seed=10)
-    run_case(case, causal=True, descale=True)
+    run_case(case, reference, causal=True, descale=True)
 
 
 @pytest.mark.parametrize("page_size", [1, 4])
-def test_append_varlen_new_kv(page_size):
+def test_append_varlen_new_kv(page_size, reference):
     # New keys land at cache_seqlens[b].. (across a page boundary for entry 1), then attend.
     case = PagedCase([2, 3, 1, 0], [3, 2, 0, 4], append=[2, 3, 1, 0], page_size=page_size, seed=11)
-    a = run_case(case, causal=True)
+    a = run_case(case, reference, causal=True)
     # The cache now holds the new rows, bit for bit, at the right slots.
     P, table = page_size, a["page_table"]
     t = 0
@@ -155,7 +155,7 @@ def test_append_varlen_new_kv(page_size):
             t += 1
 
 
-def test_append_batch_form_no_page_table():
+def test_append_batch_form_no_page_table(reference):
     # [B, S, Hk, D] cache without a page table, new k/v in batch form, cache_batch_idx rows.
     rng = np.random.default_rng(12)
     B, S, H, Hk, D, s_new = 3, 12, 4, 2, 32, 2
@@ -171,7 +171,7 @@ def test_append_batch_form_no_page_table():
     v = rng.standard_normal((B, s_new, Hk, D)).astype(np.float32)
     out, lse = flashback.flash_attn_with_kvcache(
         q, k_cache, v_cache, k=k, v=v, cache_seqlens=seqlens, cache_batch_idx=rows, causal=True,
-        return_softmax_lse=True)
+        return_softmax_lse=True, reference=reference)
     assert lse.shape == (B, H, s_new)
     for b in range(B):
         n = seqlens[b] + s_new
@@ -182,7 +182,7 @@ def test_append_batch_form_no_page_table():
         assert_lse_close(lse[b], l.T)
 
 
-def test_int_cache_seqlens_and_strided_q():
+def test_int_cache_seqlens_and_strided_q(reference):
     # cache_seqlens as a Python int; q a strided view (q_all[..., R:], as the seed's MLA path).
     rng = np.random.default_rng(13)
     B, S, H, D = 2, 8, 2, 16
@@ -190,7 +190,8 @@ def test_int_cache_seqlens_and_strided_q():
     v_cache = rng.standard_normal((B, S, H, D)).astype(np.float32)
     q_all = rng.standard_normal((B, 1, H, 3 * D)).astype(np.float32)
     q = q_all[..., 2 * D :]
-    out = flashback.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=6, causal=True)
+    out = flashback.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=6, causal=True,
+                                            reference=reference)
     for b in range(B):
         o, _ = attention_ref(as_f64(q[b]), as_f64(k_cache[b, :6]), as_f64(v_cache[b, :6]), causal=True)
         assert_close(out[b], o, "float32")
