@@ -334,3 +334,51 @@ def test_cuda_runs_on_the_callers_stream_and_in_a_graph():
     ref_out, ref_lse = seed_style_call(a2, case, "cpu", reference=True, **kw)
     assert_close(out, as_f64(ref_out), "bfloat16")
     assert_lse_close(lse, as_f64(ref_lse))
+
+
+@cuda
+@pytest.mark.cuda
+@pytest.mark.xfail(raises=flashback.Error, strict=True,
+                   reason="the backend's plan needs req_to_token on the host: no GPU plan yet")
+@pytest.mark.parametrize("mla", [False, True], ids=["mha", "mla"])
+def test_cuda_backend_decode_step(mla):
+    """AttentionBackend with CUDA tensors (host copies of the index arrays for the plan): one
+    DECODE step writes its K/V and attends, as the engine-style NumPy test checks on the CPU."""
+    from test_backend_numpy import Engine
+
+    eng = Engine(4, mla=mla, seed=21)
+    eng.prefill_cache([5, 16, 9])
+    have = [h.shape[0] for h in eng.hist_k]
+    seq = np.array([n + 1 for n in have], np.int32)
+    loc = np.array([eng.req_to_token[eng.rows[i], have[i]] for i in range(3)], np.int32)
+    q = eng.rng.standard_normal((3, eng.H, eng.D)).astype(np.float32)
+    k = eng.rng.standard_normal((3, eng.Hk, eng.D)).astype(np.float32)
+    v = None if mla else eng.rng.standard_normal((3, eng.Hk, eng.Dv)).astype(np.float32)
+    bf = torch.bfloat16
+    kc = t(eng.k_cache, "cuda", bf)
+    vc = None if mla else t(eng.v_cache, "cuda", bf)
+    batch = flashback.ForwardBatch(
+        forward_mode=flashback.ForwardMode.DECODE, batch_size=3,
+        req_to_token=t(eng.req_to_token, "cuda"), req_pool_indices=t(eng.rows, "cuda"),
+        req_pool_indices_cpu=t(eng.rows, "cpu"), seq_lens=t(seq, "cuda"),
+        seq_lens_cpu=t(seq, "cpu"), out_cache_loc=t(loc, "cuda"))
+    backend = flashback.AttentionBackend(page_size=4)
+    qb, kb = t(q, "cuda", bf), t(k, "cuda", bf)
+    vb = None if mla else t(v, "cuda", bf)
+    call_or_skip(backend.init_forward_metadata, batch)
+    out, lse = call_or_skip(backend.forward, qb, kb, vb, eng.layer, batch, kc, vc, return_lse=True)
+    torch.cuda.synchronize()
+    for i in range(3):
+        kh = np.concatenate([eng.hist_k[i], as_f64(kb[i : i + 1])])
+        vh = kh[..., : eng.Dv] if mla else np.concatenate([eng.hist_v[i], as_f64(vb[i : i + 1])])
+        # The cache rows read back are the bf16 values the kernels saw.
+        kh[:-1] = as_f64(torch.from_numpy(eng.hist_k[i]).to(bf))
+        if not mla:
+            vh[:-1] = as_f64(torch.from_numpy(eng.hist_v[i]).to(bf))
+        else:
+            vh = kh[..., : eng.Dv]
+        ref_o, ref_l = attention_ref(as_f64(qb[i : i + 1]), kh, vh, causal=True, scale=0.3)
+        assert_close(out[i : i + 1], ref_o, "bfloat16")
+        assert_lse_close(lse[i : i + 1], ref_l)
+        page, off = eng.slot(i, have[i])
+        assert torch.equal(kc[page, off].cpu(), kb[i].cpu())
