@@ -22,8 +22,10 @@ struct Entry {
   int64_t q0, q_len, kv_len, kv_start, table_row;
 };
 
-// Splits the entries into tasks: a task holds whole q tokens of one KV head (every q head of the
-// group when it fits, so each K/V tile is converted once for the group).
+// Splits the entries into tasks: a task holds whole q tokens and every q head of a KV group
+// (so each K/V tile is converted once for the group), and, when its rows leave room, several
+// adjacent KV heads, so a decode step reads each slot's K/V heads as one contiguous run. The
+// split depends only on the entry itself, never on the rest of the batch.
 std::vector<Task> plan_tasks(const AttnArgs& a, const std::vector<Entry>& entries,
                              int64_t heads_kv) {
   const int64_t heads_per_task = std::min<int64_t>(a.group, kMaxRows);
@@ -31,6 +33,9 @@ std::vector<Task> plan_tasks(const AttnArgs& a, const std::vector<Entry>& entrie
   std::vector<Task> tasks;
   for (int64_t b = 0; b < static_cast<int64_t>(entries.size()); ++b) {
     const Entry& e = entries[b];
+    const int64_t nt_max = std::min(tokens_per_task, std::max<int64_t>(1, e.q_len));
+    const int64_t kv_per_task =
+        std::min(heads_kv, std::max<int64_t>(1, kMaxRows / (nt_max * heads_per_task)));
     for (int64_t t0 = 0; t0 < e.q_len; t0 += tokens_per_task) {
       const int64_t nt = std::min(tokens_per_task, e.q_len - t0);
       int64_t lo = e.kv_len, hi = -1;
@@ -42,11 +47,12 @@ std::vector<Task> plan_tasks(const AttnArgs& a, const std::vector<Entry>& entrie
           hi = std::max(hi, kr.hi);
         }
       }
-      for (int64_t g = 0; g < heads_kv; ++g)
+      for (int64_t g = 0; g < heads_kv; g += kv_per_task)
         for (int64_t h0 = 0; h0 < a.group; h0 += heads_per_task) {
           Task t;
           t.b = b;
           t.g = g;
+          t.ng = std::min(kv_per_task, heads_kv - g);
           t.h0 = h0;
           t.nh = std::min(heads_per_task, a.group - h0);
           t.t0 = t0;

@@ -57,21 +57,22 @@ struct AttnArgs {
   int64_t lse_s0 = 0, lse_s1 = 0;
 };
 
-/// One work item: `nt` consecutive q tokens × `nh` consecutive q heads of KV head `g` of batch
-/// entry `b`, over the key splits [split_lo, split_hi) that some of its rows can see.
+/// One work item: KV heads [g, g + ng) × `nt` consecutive q tokens × `nh` consecutive q heads
+/// of each KV head's group, of batch entry `b`, over the key splits [split_lo, split_hi) that
+/// some of its rows can see. Row r = (gi · nt + ti) · nh + hi.
 struct Task {
-  int64_t b = 0, g = 0, h0 = 0, nh = 0, t0 = 0, nt = 0;
+  int64_t b = 0, g = 0, ng = 1, h0 = 0, nh = 0, t0 = 0, nt = 0;
   int64_t q0 = 0, q_len = 0, kv_len = 0;
   int64_t kv_start = 0;   // paged: first key position; ragged: first key row
   int64_t table_row = 0;  // paged only
   int64_t split_lo = 0, split_hi = 0;
-  int64_t rows() const { return nt * nh; }
+  int64_t rows() const { return ng * nt * nh; }
 };
 
 /// Floats of one partial state (m, l and the unnormalised output per row).
 inline int64_t state_floats(const AttnArgs& a) { return kMaxRows * (2 + pad(a.head_dim_v)); }
 
-/// Element offsets of key positions [t0, t0 + n) of task `t` in K and V (KV head included).
+/// Element offsets of key positions [t0, t0 + n) of task `t` in K and V, at KV head t.g.
 void key_offsets(const AttnArgs& a, const Task& t, int64_t t0, int64_t n, int64_t* k_off,
                  int64_t* v_off);
 

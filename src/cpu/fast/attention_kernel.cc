@@ -214,6 +214,10 @@ void merge_state_rows(float* run, const float* part, int64_t rows, int64_t dvp) 
   }
 }
 
+void prefetch_row(const char* p, int64_t bytes) {
+  for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b);
+}
+
 struct Scratch {
   std::vector<float> q, k, v, s, part;
   std::vector<int64_t> k_off, v_off;
@@ -229,7 +233,7 @@ float descale(const float* d, int64_t s0, int64_t s1, int64_t b, int64_t g) {
 }
 
 void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, float* state) {
-  const int64_t rows = t.rows();
+  const int64_t rows = t.rows(), head_rows = t.nt * t.nh;  // rows per KV head
   const int64_t dp = pad(a.head_dim), dqvp = a.qv ? pad(a.head_dim_qv) : 0;
   const int64_t dvp = pad(a.head_dim_v);
   const bool mla = a.qv != nullptr;
@@ -238,35 +242,38 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
   const int64_t qs = dp + dqvp, ks = mla ? dp + dvp : dp;
   Scratch& sc = scratch();
   sc.q.resize(static_cast<size_t>(kMaxRows * qs));
-  sc.k.resize(static_cast<size_t>(kTileKeys * ks));
-  if (!mla) sc.v.resize(static_cast<size_t>(kTileKeys * dvp));
+  sc.k.resize(static_cast<size_t>(t.ng * kTileKeys * ks));
+  if (!mla) sc.v.resize(static_cast<size_t>(t.ng * kTileKeys * dvp));
   sc.s.resize(static_cast<size_t>(kMaxRows * kTileKeys));
   sc.part.resize(static_cast<size_t>(state_floats(a)));
-  sc.k_off.resize(kTileKeys);
-  sc.v_off.resize(kTileKeys);
+  sc.k_off.resize(2 * kTileKeys);
+  sc.v_off.resize(2 * kTileKeys);
+  // Tile buffers hold KV head gi's keys at [gi · kTileKeys · stride].
   float* vbuf = mla ? sc.k.data() + dp : sc.v.data();
   const int64_t vs = mla ? ks : dvp;
 
   // Fold scale, the fp8 key descale and 1/softcap into q so scores come out as logits (or as
   // logit / softcap, the argument of tanh).
-  const float kd = descale(a.k_descale, a.kd_s0, a.kd_s1, t.b, t.g);
-  const float vd = descale(a.v_descale, a.vd_s0, a.vd_s1, t.b, t.g);
   const float pre = a.scale / (a.softcap > 0 ? a.softcap : 1.0f);
-  for (int64_t ti = 0; ti < t.nt; ++ti)
-    for (int64_t hi = 0; hi < t.nh; ++hi) {
-      float* qr = sc.q.data() + (ti * t.nh + hi) * qs;
-      const int64_t tok = t.q0 + t.t0 + ti, h = t.g * a.group + t.h0 + hi;
-      const auto* qb = static_cast<const char*>(a.q);
-      convert_row(qb + (tok * a.q_s0 + h * a.q_s1) * dtype_size(a.q_dtype), a.q_dtype, a.head_dim,
-                  dp, qr);
-      for (int64_t d = 0; d < a.head_dim; ++d) qr[d] *= pre * kd;
-      if (mla) {
-        const auto* qvb = static_cast<const char*>(a.qv);
-        convert_row(qvb + (tok * a.qv_s0 + h * a.qv_s1) * dtype_size(a.q_dtype), a.q_dtype,
-                    a.head_dim_qv, dqvp, qr + dp);
-        for (int64_t d = 0; d < a.head_dim_qv; ++d) qr[dp + d] *= pre * vd;
+  const auto* qb = static_cast<const char*>(a.q);
+  const auto* qvb = static_cast<const char*>(a.qv);
+  for (int64_t gi = 0; gi < t.ng; ++gi) {
+    const float kd = descale(a.k_descale, a.kd_s0, a.kd_s1, t.b, t.g + gi);
+    const float vd = descale(a.v_descale, a.vd_s0, a.vd_s1, t.b, t.g + gi);
+    for (int64_t ti = 0; ti < t.nt; ++ti)
+      for (int64_t hi = 0; hi < t.nh; ++hi) {
+        float* qr = sc.q.data() + (gi * head_rows + ti * t.nh + hi) * qs;
+        const int64_t tok = t.q0 + t.t0 + ti, h = (t.g + gi) * a.group + t.h0 + hi;
+        convert_row(qb + (tok * a.q_s0 + h * a.q_s1) * dtype_size(a.q_dtype), a.q_dtype, a.head_dim,
+                    dp, qr);
+        for (int64_t d = 0; d < a.head_dim; ++d) qr[d] *= pre * kd;
+        if (mla) {
+          convert_row(qvb + (tok * a.qv_s0 + h * a.qv_s1) * dtype_size(a.q_dtype), a.q_dtype,
+                      a.head_dim_qv, dqvp, qr + dp);
+          for (int64_t d = 0; d < a.head_dim_qv; ++d) qr[dp + d] *= pre * vd;
+        }
       }
-    }
+  }
 
   // Key range of each token of the task.
   int64_t lo[kMaxRows], hi[kMaxRows];
@@ -286,6 +293,10 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
   const auto* kbase = static_cast<const char*>(a.k);
   const auto* vbase = static_cast<const char*>(a.v);
   const int64_t esz = dtype_size(a.kv_dtype);
+  // Bytes from a key's first KV head row to the end of its last one: the task's heads of one
+  // slot are adjacent in a [.., Hk, D] cache, so they are read (and prefetched) as one run.
+  const int64_t k_run = ((t.ng - 1) * a.k_head + a.head_dim) * esz;
+  const int64_t v_run = ((t.ng - 1) * a.v_head + a.head_dim_v) * esz;
   float* part = sc.part.data();
   for (int64_t sp = s_lo; sp < s_hi; ++sp) {
     const int64_t k_lo = std::max(u_lo, sp * kSplitKeys);
@@ -295,29 +306,66 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
     float* pm = part;
     float* pl = part + kMaxRows;
     float* po = part + 2 * kMaxRows;
-    for (int64_t ts = k_lo / kTileKeys * kTileKeys; ts <= k_hi; ts += kTileKeys) {
+    // Offsets of tile ts's keys go to (ko, vo); the next tile's are computed one step ahead and
+    // its rows prefetched, because with random page placement the hardware prefetcher cannot
+    // follow the key rows and each tile would otherwise wait on memory latency.
+    auto tile_range = [&](int64_t ts, int64_t& j0, int64_t& j1) {
+      j0 = std::max(k_lo, ts) - ts;
+      j1 = std::min(k_hi, ts + kTileKeys - 1) - ts + 1;
+    };
+    auto load_offsets = [&](int64_t ts, int64_t* ko, int64_t* vo) {
+      int64_t j0, j1;
+      tile_range(ts, j0, j1);
+      key_offsets(a, t, ts + j0, j1 - j0, ko, vo);
+      return j1 - j0;
+    };
+    int64_t* ko = sc.k_off.data();
+    int64_t* vo = sc.v_off.data();
+    int64_t* ko_next = ko + kTileKeys;
+    int64_t* vo_next = vo + kTileKeys;
+    const int64_t first_tile = k_lo / kTileKeys * kTileKeys;
+    load_offsets(first_tile, ko, vo);
+    for (int64_t ts = first_tile; ts <= k_hi; ts += kTileKeys) {
       // Tile-local loaded range [j0, j1).
-      const int64_t j0 = std::max(k_lo, ts) - ts, j1 = std::min(k_hi, ts + kTileKeys - 1) - ts + 1;
-      key_offsets(a, t, ts + j0, j1 - j0, sc.k_off.data(), sc.v_off.data());
-      for (int64_t j = j0; j < j1; ++j) {
-        convert_row(kbase + sc.k_off[j - j0] * esz, a.kv_dtype, a.head_dim, dp,
-                    sc.k.data() + j * ks);
-        convert_row(vbase + sc.v_off[j - j0] * esz, a.kv_dtype, a.head_dim_v, dvp, vbuf + j * vs);
-      }
-      scores(sc.q.data(), qs, rows, sc.k.data(), ks, qs, j0, j1, sc.s.data());
-      for (int64_t ti = 0; ti < t.nt; ++ti) {
-        const int64_t ra = std::max(lo[ti], ts + j0) - ts, re = std::min(hi[ti], ts + j1 - 1) - ts;
-        for (int64_t hi2 = 0; hi2 < t.nh; ++hi2) {
-          const int64_t r = ti * t.nh + hi2;
-          float* srow = sc.s.data() + r * kTileKeys;
-          if (ra > re) {  // nothing visible here: weights 0, state untouched
-            std::fill(srow, srow + kTileKeys, 0.0f);
-            continue;
-          }
-          softmax_row(srow, ra, re, a.softcap, pm[r], pl[r], po + r * dvp, dvp);
+      int64_t j0, j1;
+      tile_range(ts, j0, j1);
+      if (ts + kTileKeys <= k_hi) {
+        const int64_t nn = load_offsets(ts + kTileKeys, ko_next, vo_next);
+        for (int64_t i = 0; i < nn; ++i) {
+          prefetch_row(kbase + ko_next[i] * esz, k_run);
+          prefetch_row(vbase + vo_next[i] * esz, v_run);
         }
       }
-      accumulate(sc.s.data(), rows, vbuf, vs, j0, j1, po, dvp, dvp);
+      for (int64_t j = j0; j < j1; ++j)
+        for (int64_t gi = 0; gi < t.ng; ++gi) {
+          const int64_t jb = gi * kTileKeys + j;
+          convert_row(kbase + (ko[j - j0] + gi * a.k_head) * esz, a.kv_dtype, a.head_dim, dp,
+                      sc.k.data() + jb * ks);
+          convert_row(vbase + (vo[j - j0] + gi * a.v_head) * esz, a.kv_dtype, a.head_dim_v, dvp,
+                      vbuf + jb * vs);
+        }
+      std::swap(ko, ko_next);
+      std::swap(vo, vo_next);
+      for (int64_t gi = 0; gi < t.ng; ++gi) {
+        const int64_t r0 = gi * head_rows;
+        scores(sc.q.data() + r0 * qs, qs, head_rows, sc.k.data() + gi * kTileKeys * ks, ks, qs, j0,
+               j1, sc.s.data() + r0 * kTileKeys);
+        for (int64_t ti = 0; ti < t.nt; ++ti) {
+          const int64_t ra = std::max(lo[ti], ts + j0) - ts;
+          const int64_t re = std::min(hi[ti], ts + j1 - 1) - ts;
+          for (int64_t hi2 = 0; hi2 < t.nh; ++hi2) {
+            const int64_t r = r0 + ti * t.nh + hi2;
+            float* srow = sc.s.data() + r * kTileKeys;
+            if (ra > re) {  // nothing visible here: weights 0, state untouched
+              std::fill(srow, srow + kTileKeys, 0.0f);
+              continue;
+            }
+            softmax_row(srow, ra, re, a.softcap, pm[r], pl[r], po + r * dvp, dvp);
+          }
+        }
+        accumulate(sc.s.data() + r0 * kTileKeys, head_rows, vbuf + gi * kTileKeys * vs, vs, j0, j1,
+                   po + r0 * dvp, dvp, dvp);
+      }
     }
     merge_state_rows(state, part, rows, dvp);
   }
@@ -330,21 +378,23 @@ void Finish(const AttnArgs& a, const Task& t, const float* states, int64_t n) {
   float* run = sc.part.data();
   clear_state(run, rows, dvp);
   for (int64_t i = 0; i < n; ++i) merge_state_rows(run, states + i * sf, rows, dvp);
-  const float vd = descale(a.v_descale, a.vd_s0, a.vd_s1, t.b, t.g);
   auto* out = static_cast<char*>(a.out);
   const int64_t osz = dtype_size(a.out_dtype);
-  for (int64_t ti = 0; ti < t.nt; ++ti)
-    for (int64_t hi = 0; hi < t.nh; ++hi) {
-      const int64_t r = ti * t.nh + hi;
-      const int64_t tok = t.q0 + t.t0 + ti, h = t.g * a.group + t.h0 + hi;
-      const float m = run[r], l = run[kMaxRows + r];
-      const bool empty = m == kNegInf || !(l > 0);
-      const float inv = empty ? 0.0f : vd / l;
-      float* o = run + 2 * kMaxRows + r * dvp;
-      for (int64_t d = 0; d < a.head_dim_v; ++d) o[d] = empty ? 0.0f : o[d] * inv;
-      store_f32_row(o, a.head_dim_v, out + (tok * a.out_s0 + h * a.out_s1) * osz, a.out_dtype);
-      if (a.lse) a.lse[tok * a.lse_s0 + h * a.lse_s1] = empty ? kNegInf : m + std::log(l);
-    }
+  for (int64_t gi = 0; gi < t.ng; ++gi) {
+    const float vd = descale(a.v_descale, a.vd_s0, a.vd_s1, t.b, t.g + gi);
+    for (int64_t ti = 0; ti < t.nt; ++ti)
+      for (int64_t hi = 0; hi < t.nh; ++hi) {
+        const int64_t r = (gi * t.nt + ti) * t.nh + hi;
+        const int64_t tok = t.q0 + t.t0 + ti, h = (t.g + gi) * a.group + t.h0 + hi;
+        const float m = run[r], l = run[kMaxRows + r];
+        const bool empty = m == kNegInf || !(l > 0);
+        const float inv = empty ? 0.0f : vd / l;
+        float* o = run + 2 * kMaxRows + r * dvp;
+        for (int64_t d = 0; d < a.head_dim_v; ++d) o[d] = empty ? 0.0f : o[d] * inv;
+        store_f32_row(o, a.head_dim_v, out + (tok * a.out_s0 + h * a.out_s1) * osz, a.out_dtype);
+        if (a.lse) a.lse[tok * a.lse_s0 + h * a.lse_s1] = empty ? kNegInf : m + std::log(l);
+      }
+  }
 }
 
 }  // namespace flashback::cpu_fast::HWY_NAMESPACE
