@@ -36,29 +36,34 @@ void carve_list(const ListShape& s, int32_t*& cursor, EntryList& l) {
   l.cu_seqlens_q[0] = l.cu_seqlens_k[0] = 0;
 }
 
-// Appends entries to a list, keeping the running sums and maxima.
+// Appends entries to a list, keeping the running sums and maxima in locals: the int32 stores
+// into the arrays may alias the list's own int32 fields, which would force a reload per entry.
 class Writer {
  public:
   Writer(EntryList& l, bool causal) : l_(l) {
-    l_.size = 0;
-    l_.max_seqlen_q = l_.max_seqlen_k = 0;
     l_.causal = causal;
     l_.cu_seqlens_q[0] = l_.cu_seqlens_k[0] = 0;
   }
+  ~Writer() {
+    l_.size = e_;
+    l_.max_seqlen_q = max_q_;
+    l_.max_seqlen_k = max_k_;
+  }
   void add(int32_t row, int32_t start, int32_t kv_len, int32_t q_len, int32_t source) {
-    const int32_t e = l_.size++;
+    const int32_t e = e_++;
     l_.table_rows[e] = row;
     l_.kv_start[e] = start;
     l_.cache_seqlens[e] = kv_len;
     l_.source_row[e] = source;
-    l_.cu_seqlens_q[e + 1] = l_.cu_seqlens_q[e] + q_len;
-    l_.cu_seqlens_k[e + 1] = l_.cu_seqlens_k[e] + kv_len;
-    l_.max_seqlen_q = std::max(l_.max_seqlen_q, q_len);
-    l_.max_seqlen_k = std::max(l_.max_seqlen_k, kv_len);
+    l_.cu_seqlens_q[e + 1] = sum_q_ += q_len;
+    l_.cu_seqlens_k[e + 1] = sum_k_ += kv_len;
+    max_q_ = std::max(max_q_, q_len);
+    max_k_ = std::max(max_k_, kv_len);
   }
 
  private:
   EntryList& l_;
+  int32_t e_ = 0, sum_q_ = 0, sum_k_ = 0, max_q_ = 0, max_k_ = 0;
 };
 
 // Chunked-local virtual requests of one request (SPEC.md §4): one per chunk its queries touch,
@@ -94,7 +99,11 @@ void fill_page_table(const EntryList& l, const TensorView& r2t, int32_t P) {
     const int32_t* row = base + l.table_rows[e] * s0;
     const int32_t n = ceil_div(l.cache_seqlens[e], P);
     const int64_t start = l.kv_start[e];
-    for (int32_t j = 0; j < n; ++j) out[j] = row[(start + int64_t{j} * P) * s1] / P;
+    if (P == 1 && s1 == 1) {
+      std::copy(row + start, row + start + n, out);  // slots are the page ids: a plain copy
+    } else {
+      for (int32_t j = 0; j < n; ++j) out[j] = row[(start + int64_t{j} * P) * s1] / P;
+    }
     std::fill(out + n, out + W, 0);
   }
 }
@@ -119,7 +128,9 @@ Layout fresh_layout(const PlanConfig& cfg, const BatchRows& rows) {
                                                         rows.batch().spec.num_draft_tokens, C)
                             : 0;
   int32_t max_kv = 0, max_enc = 0, locals = 0;
-  for (int32_t b = 0; b < B; ++b) {
+  // Sizes that depend on lengths: only the compact local layout and explicit tables need a pass.
+  const bool scan = (L.has_local && slots == 0) || cfg.materialize_page_table;
+  for (int32_t b = 0; scan && b < B; ++b) {
     const RowInfo r = rows(b);
     max_kv = std::max(max_kv, r.kv_len);
     max_enc = std::max(max_enc, r.enc);
@@ -160,11 +171,13 @@ void write_metadata(const PlanConfig& cfg, const BatchRows& rows, ForwardMetadat
   m.spec = batch.spec;
   m.attention_chunk_size = C;
 
-  Writer self(m.self, true);
-  for (int32_t b = 0; b < B; ++b) {
-    const RowInfo r = rows(b);
-    // Decoder tokens follow the encoder's in the row (SPEC.md §4, cross-attention).
-    self.add(r.row, r.enc, r.kv_len, r.q_len, b);
+  {
+    Writer self(m.self, true);
+    for (int32_t b = 0; b < B; ++b) {
+      const RowInfo r = rows(b);
+      // Decoder tokens follow the encoder's in the row (SPEC.md §4, cross-attention).
+      self.add(r.row, r.enc, r.kv_len, r.q_len, b);
+    }
   }
   if (m.has_cross) {
     Writer cross(m.cross, false);
