@@ -24,8 +24,8 @@ using namespace nb::literals;
 // MultiStepDraftBackend holds unique_ptrs in a vector, whose copy constructor is declared (but
 // ill-formed): tell nanobind the class cannot be copied.
 template <>
-struct nanobind::detail::is_copy_constructible<flashback::MultiStepDraftBackend>
-    : std::false_type {};
+struct nanobind::detail::is_copy_constructible<flashback::MultiStepDraftBackend> : std::false_type {
+};
 
 namespace flashback::python {
 namespace {

@@ -12,4 +12,4 @@ echo "=== pip install . (flashback Python package)" >&2
 CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)} \
   "$venv/bin/python" -m pip install -q -C cmake.define.FLASHBACK_CUDA=OFF "$repo"
 cd /tmp  # import the installed package, not the source tree
-exec "$venv/bin/python" -m pytest "$repo/tests/python" -p no:cacheprovider -rs -q "$@"
+exec "$venv/bin/python" -m pytest "$repo/tests/python" -p no:cacheprovider -rsxX "${@:--q}"

@@ -34,4 +34,4 @@ print("flashback", flashback.__version__, "from", flashback.__file__)
 print("torch", torch.__version__, "cuda", torch.cuda.is_available(),
       torch.cuda.get_device_name() if torch.cuda.is_available() else "")
 PY
-exec $py -m pytest "$repo/tests/python" -p no:cacheprovider -rs -q "$@"
+exec $py -m pytest "$repo/tests/python" -p no:cacheprovider -rsxX "${@:--q}"
