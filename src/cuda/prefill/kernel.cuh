@@ -1,0 +1,343 @@
+// Attention for long queries (EXTEND with or without prefix, DRAFT_EXTEND, the prefill rows of
+// MIXED, chunked-local virtual requests, cross-attention prefill) and ragged attention, on
+// mma.sync tensor cores (m16n8k16, fp32 accumulate): a FlashAttention-2 style forward that builds
+// for sm_80 and later.
+//
+// One CTA = (block of BM queries, q head, batch entry); it loops over further query blocks when
+// an entry is longer than the grid assumed, so a short max_seqlen_q hint is never wrong, only
+// slower. Each warp owns 16 query rows: S = Q K^T lands in registers, the online softmax runs
+// there (a row lives in a quad of lanes), and P is re-packed as the A operand of P V without
+// touching shared memory. K/V tiles of N keys are double-buffered with cp.async; only the tiles
+// that intersect the block's visible key range (SPEC.md §2: bottom-right causal, window) are
+// visited, a warp skips tiles its rows cannot see, and per-element masking runs only on tiles
+// that straddle a row's range. FP8 caches are widened exactly to q's 16-bit type in shared
+// memory; descales fold into the logits (k) and the final normalisation (v). There is no split
+// over keys, so a request's bits never depend on its batch (the deterministic mode holds).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/common/dtype.cuh"
+#include "cuda/common/mma.cuh"
+#include "cuda/prefill/config.h"
+#include "cuda/prefill/params.h"
+
+namespace flashback::cuda::prefill {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+struct Range {
+  int lo, hi;  // inclusive; empty when hi < lo
+};
+
+// The oracle's rule (reference::visible_keys) for query i of an entry.
+__device__ __forceinline__ Range visible(const PrefillParams& p, int i, int q_len, int kv_len) {
+  const int pos = kv_len - q_len + i;
+  int lo = 0, hi = kv_len - 1;
+  if (p.causal && pos < hi) hi = pos;
+  if (p.window_left >= 0 && pos - p.window_left > lo) lo = pos - p.window_left;
+  if (p.window_right >= 0 && pos + p.window_right < hi) hi = pos + p.window_right;
+  return {lo, hi};
+}
+
+// ldmatrix .x4 .trans: the B operand of P V straight from row-major V (keys x columns).
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void* ptr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(ptr)));
+}
+
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float a, float b) {
+  T x[2] = {from_float<T>(a), from_float<T>(b)};
+  return *reinterpret_cast<const uint32_t*>(x);
+}
+
+// Per-entry facts shared by every query block of the CTA.
+struct Entry {
+  int q0, q_len, kv_len, start, trow, krow0;
+  float kd, vd;
+};
+
+template <typename Cfg, typename T, KvKind KV>
+struct PrefillKernel {
+  static constexpr int D = Cfg::D, DV = Cfg::DV, N = Cfg::N, BM = Cfg::BM;
+  static constexpr int THREADS = Cfg::THREADS, EB = Cfg::EB;
+  static constexpr int QP = Cfg::QP, KP = Cfg::KP, VP = Cfg::VP;
+  static constexpr bool FP8 = Cfg::FP8;
+  static_assert(FP8 == (KV != KvKind::kSame), "config and KV kind disagree");
+
+  // Element offset of entry-relative key t (ragged: row of k / v; paged: through the table).
+  static __device__ __forceinline__ int64_t key_offset(const PrefillParams& p, const Entry& e,
+                                                       int t, int64_t s_page, int64_t s_off) {
+    if (p.cu_k) return static_cast<int64_t>(e.krow0 + t) * s_page;
+    const int pos = e.start + t;
+    const int32_t* r = p.table + static_cast<int64_t>(e.trow) * p.table_s0;
+    int64_t page, off;
+    if (p.table_holds_slots) {
+      const int64_t slot = r[static_cast<int64_t>(pos) * p.table_s1];
+      page = slot / p.page_size;
+      off = slot - page * p.page_size;
+    } else {
+      const int pi = pos / p.page_size;
+      page = r[static_cast<int64_t>(pi) * p.table_s1];
+      off = pos - static_cast<int64_t>(pi) * p.page_size;
+    }
+    return page * s_page + off * s_off;
+  }
+
+  // Keys [t0, t0 + N) of K and V into one stage; keys at or past `end` are zero-filled, never
+  // stale (0 * NaN in P V would poison the output).
+  static __device__ __forceinline__ void load_kv(const PrefillParams& p, const Entry& e,
+                                                 unsigned char* dst0, const unsigned char* kbase,
+                                                 const unsigned char* vbase, int t0, int end) {
+    constexpr int CK = D * EB / 16, CV = DV * EB / 16, C = CK + CV;
+    for (int c = threadIdx.x; c < N * C; c += THREADS) {
+      const int key = c / C, ch = c % C, t = t0 + key;
+      const bool is_k = ch < CK;
+      unsigned char* dst = is_k ? dst0 + key * Cfg::KRAW + ch * 16
+                                : dst0 + N * Cfg::KRAW + key * Cfg::VRAW + (ch - CK) * 16;
+      if (t < end) {
+        const int64_t off =
+            is_k ? key_offset(p, e, t, p.k_sp, p.k_so) : key_offset(p, e, t, p.v_sp, p.v_so);
+        cp_async16(dst, (is_k ? kbase + ch * 16 : vbase + (ch - CK) * 16) + off * EB, 16);
+      } else {
+        cp_async16(dst, kbase, 0);
+      }
+    }
+  }
+
+  // Widens a stage of fp8 K/V (8 bytes per step) into the 16-bit tiles.
+  static __device__ __forceinline__ void widen(const unsigned char* stage, T* sK16, T* sV16) {
+    for (int e = threadIdx.x; e < N * (D + DV) / 8; e += THREADS) {
+      const bool is_k = e < N * D / 8;
+      const int ee = is_k ? e : e - N * D / 8;
+      const int w = is_k ? D / 8 : DV / 8;
+      const int key = ee / w, c8 = ee % w;
+      const unsigned char* src = is_k ? stage + key * Cfg::KRAW + c8 * 8
+                                      : stage + N * Cfg::KRAW + key * Cfg::VRAW + c8 * 8;
+      const uint2 raw = *reinterpret_cast<const uint2*>(src);
+      uint4 o;
+      o.x = fp8x2_to<T, KV>(static_cast<uint16_t>(raw.x & 0xffff));
+      o.y = fp8x2_to<T, KV>(static_cast<uint16_t>(raw.x >> 16));
+      o.z = fp8x2_to<T, KV>(static_cast<uint16_t>(raw.y & 0xffff));
+      o.w = fp8x2_to<T, KV>(static_cast<uint16_t>(raw.y >> 16));
+      *reinterpret_cast<uint4*>(is_k ? sK16 + key * KP + c8 * 8 : sV16 + key * VP + c8 * 8) = o;
+    }
+  }
+
+  // One block of BM queries starting at entry-relative query row0.
+  static __device__ void block(const PrefillParams& p, const Entry& e, int h, int row0,
+                               unsigned char* smem) {
+    T* sQ = reinterpret_cast<T*>(smem);
+    unsigned char* sStage = smem + Cfg::Q_BYTES;
+    T* sK16 = reinterpret_cast<T*>(sStage + Cfg::STAGES * Cfg::STAGE_BYTES);
+    T* sV16 = sK16 + N * KP;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = h / p.group;
+
+    // The block's key range: the union of its rows' ranges, contiguous because both ends are
+    // non-decreasing in the query index. Tiles outside it are never loaded.
+    const int last_row = min(row0 + BM, e.q_len) - 1;
+    const int lo = visible(p, row0, e.q_len, e.kv_len).lo;
+    const int hi = visible(p, last_row, e.q_len, e.kv_len).hi;
+    const int end = hi + 1;
+    const int ntiles = hi >= lo ? (hi - lo + N) / N : 0;
+
+    // This warp's rows, for tile skipping and mask elision.
+    const int wfirst = row0 + warp * 16, wlast = min(wfirst + 15, e.q_len - 1);
+    const bool warp_live = wfirst < e.q_len;
+    Range wr_first{1, 0}, wr_last{1, 0};
+    if (warp_live) {
+      wr_first = visible(p, wfirst, e.q_len, e.kv_len);
+      wr_last = visible(p, wlast, e.q_len, e.kv_len);
+    }
+    const bool warp_full = wfirst + 15 < e.q_len;  // all 16 rows are real queries
+    // This thread's two rows (lane / 4 and lane / 4 + 8 of the warp's 16).
+    Range rr[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int r = wfirst + (lane >> 2) + 8 * i;
+      rr[i] = r < e.q_len ? visible(p, r, e.q_len, e.kv_len) : Range{1, 0};
+    }
+
+    // Q rows (zeros past the entry) join the first tile's copy group.
+    {
+      const T* q = static_cast<const T*>(p.q) + static_cast<int64_t>(e.q0) * p.q_st +
+                   static_cast<int64_t>(h) * p.q_sh;
+      constexpr int CQ = D / 8;
+      for (int c = threadIdx.x; c < BM * CQ; c += THREADS) {
+        const int r = c / CQ, ch = c % CQ;
+        const bool ok = row0 + r < e.q_len;
+        const T* src = ok ? q + static_cast<int64_t>(row0 + r) * p.q_st + ch * 8 : q;
+        cp_async16(sQ + r * QP + ch * 8, src, ok ? 16 : 0);
+      }
+    }
+    const unsigned char* kbase = static_cast<const unsigned char*>(p.k) + g * p.k_sh * EB;
+    const unsigned char* vbase = static_cast<const unsigned char*>(p.v) + g * p.v_sh * EB;
+    if (ntiles > 0) load_kv(p, e, sStage, kbase, vbase, lo, end);
+    cp_async_commit();
+
+    float acc[DV / 8][4];
+#pragma unroll
+    for (int u = 0; u < DV / 8; ++u) acc[u][0] = acc[u][1] = acc[u][2] = acc[u][3] = 0.f;
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+    const float sk = p.scale * e.kd;  // logit = softcap(scale * kd * (q . k_stored))
+
+    for (int j = 0; j < ntiles; ++j) {
+      cp_async_wait<0>();
+      __syncthreads();  // tile j visible to all; every warp is done with tile j - 1's stage
+      if (j + 1 < ntiles)
+        load_kv(p, e, sStage + ((j + 1) % 2) * Cfg::STAGE_BYTES, kbase, vbase, lo + (j + 1) * N,
+                end);
+      cp_async_commit();
+      const unsigned char* stage = sStage + (j % 2) * Cfg::STAGE_BYTES;
+      const T* Kt = reinterpret_cast<const T*>(stage);
+      const T* Vt = reinterpret_cast<const T*>(stage + N * Cfg::KRAW);
+      if constexpr (FP8) {
+        widen(stage, sK16, sV16);
+        __syncthreads();
+        Kt = sK16;
+        Vt = sV16;
+      }
+      const int t0 = lo + j * N;
+      // A warp whose rows see none of this tile leaves its state untouched (alpha = 1, P = 0).
+      if (!warp_live || t0 > wr_last.hi || t0 + N - 1 < wr_first.lo) continue;
+
+      // S = Q K^T for the warp's 16 rows x N keys.
+      float s[N / 8][4];
+#pragma unroll
+      for (int u = 0; u < N / 8; ++u) s[u][0] = s[u][1] = s[u][2] = s[u][3] = 0.f;
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks) {
+        uint32_t a[4];
+        ldmatrix_x4(a, sQ + (warp * 16 + (lane & 15)) * QP + ks * 16 + (lane >> 4) * 8);
+#pragma unroll
+        for (int kb = 0; kb < N / 16; ++kb) {
+          uint32_t bb[4];
+          ldmatrix_x4(bb, Kt + (kb * 16 + (lane & 7) + ((lane >> 4) << 3)) * KP + ks * 16 +
+                              ((lane >> 3) & 1) * 8);
+          mma16816<T>(s[2 * kb], a, bb[0], bb[1]);
+          mma16816<T>(s[2 * kb + 1], a, bb[2], bb[3]);
+        }
+      }
+
+      // Online softmax in base 2. Masking is needed only where the tile straddles a row's range.
+      const bool full = warp_full && t0 >= wr_last.lo && t0 + N - 1 <= wr_first.hi;
+      float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int u = 0; u < N / 8; ++u)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) {
+          float v = s[u][x] * sk;
+          if (p.softcap > 0.f) v = p.softcap * tanhf(v / p.softcap);
+          v *= kLog2e;
+          if (!full) {
+            const int t = t0 + u * 8 + 2 * (lane & 3) + (x & 1);
+            const Range& r = rr[x >> 1];
+            if (t < r.lo || t > r.hi) v = -INFINITY;
+          }
+          s[u][x] = v;
+          mx[x >> 1] = fmaxf(mx[x >> 1], v);
+        }
+      float alpha[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+        const float m_new = fmaxf(m_run[i], mx[i]);
+        alpha[i] = m_new == -INFINITY ? 1.f : exp2f(m_run[i] - m_new);
+        m_run[i] = m_new;
+        l_run[i] *= alpha[i];  // per-thread partial sums; the quad is reduced at the end
+      }
+#pragma unroll
+      for (int u = 0; u < N / 8; ++u)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) {
+          const float m = m_run[x >> 1];
+          const float pr = m == -INFINITY ? 0.f : exp2f(s[u][x] - m);
+          s[u][x] = pr;
+          l_run[x >> 1] += pr;
+        }
+#pragma unroll
+      for (int u = 0; u < DV / 8; ++u) {
+        acc[u][0] *= alpha[0];
+        acc[u][1] *= alpha[0];
+        acc[u][2] *= alpha[1];
+        acc[u][3] *= alpha[1];
+      }
+
+      // O += P V: the S accumulators of keys [16 kk, 16 kk + 16) are exactly the A fragment.
+#pragma unroll
+      for (int kk = 0; kk < N / 16; ++kk) {
+        uint32_t a[4];
+        a[0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
+        a[1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
+        a[2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        a[3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+        for (int dp = 0; dp < DV / 16; ++dp) {
+          uint32_t bv[4];
+          ldsm_x4_t(bv, Vt + (kk * 16 + (lane & 15)) * VP + dp * 16 + (lane >> 4) * 8);
+          mma16816<T>(acc[2 * dp], a, bv[0], bv[1]);
+          mma16816<T>(acc[2 * dp + 1], a, bv[2], bv[3]);
+        }
+      }
+    }
+    cp_async_wait<0>();
+
+    // Epilogue: normalise (with the value descale) and write; empty rows give zeros, LSE -inf.
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 1);
+      l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 2);
+      const int r = wfirst + (lane >> 2) + 8 * i;
+      if (r >= e.q_len) continue;
+      const int64_t tok = e.q0 + r;
+      const float inv = l_run[i] > 0.f ? e.vd / l_run[i] : 0.f;
+      T* o = static_cast<T*>(p.out) + tok * p.out_st + static_cast<int64_t>(h) * p.out_sh +
+             2 * (lane & 3);
+#pragma unroll
+      for (int u = 0; u < DV / 8; ++u)
+        *reinterpret_cast<uint32_t*>(o + u * 8) =
+            pack2<T>(acc[u][2 * i] * inv, acc[u][2 * i + 1] * inv);
+      if (p.lse && (lane & 3) == 0)
+        p.lse[tok * p.lse_st + static_cast<int64_t>(h) * p.lse_sh] =
+            l_run[i] > 0.f ? (m_run[i] + log2f(l_run[i])) * kLn2 : -INFINITY;
+    }
+  }
+};
+
+template <typename Cfg, typename T, KvKind KV>
+__global__ void __launch_bounds__(Cfg::THREADS) prefill_kernel(const PrefillParams p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int h = blockIdx.y, b = blockIdx.z;
+  Entry e;
+  e.q0 = p.cu_q[b * p.cu_q_s];
+  e.q_len = p.cu_q[(b + 1) * p.cu_q_s] - e.q0;
+  if (p.cu_k) {
+    e.krow0 = p.cu_k[b * p.cu_k_s];
+    e.kv_len = p.cu_k[(b + 1) * p.cu_k_s] - e.krow0;
+    e.start = 0;
+    e.trow = 0;
+  } else {
+    e.krow0 = 0;
+    e.kv_len = p.seqlens[b * p.seqlens_s];
+    e.start = p.kv_start ? p.kv_start[b * p.kv_start_s] : 0;
+    e.trow = p.table_rows ? p.table_rows[b * p.table_rows_s] : b;
+  }
+  const int g = h / p.group;
+  e.kd = p.k_descale ? p.k_descale[b * p.kd_s0 + g * p.kd_s1] : 1.f;
+  e.vd = p.v_descale ? p.v_descale[b * p.vd_s0 + g * p.vd_s1] : 1.f;
+  // Heaviest (last, under causal masking) query blocks first, so the grid's tail is short ones.
+  for (int mb = gridDim.x - 1 - blockIdx.x; mb * Cfg::BM < e.q_len; mb += gridDim.x) {
+    PrefillKernel<Cfg, T, KV>::block(p, e, h, mb * Cfg::BM, smem);
+    __syncthreads();  // shared memory is reused by the next block
+  }
+}
+
+}  // namespace flashback::cuda::prefill

@@ -1,0 +1,51 @@
+// Launch of the long-query attention kernel for one (head dims, q dtype) instance; the KV kind is
+// picked at run time. Included only by the generated instance files (one head-dim pair x dtype
+// each, listed by src/cuda/prefill/prefill.cmake).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "cuda/common/check.cuh"
+#include "cuda/prefill/kernel.cuh"
+
+namespace flashback::cuda::prefill {
+
+template <int D, int DV, typename T, KvKind KV>
+void launch_one(const PrefillParams& p, cudaStream_t stream) {
+  using Cfg = PrefillConfig<D, DV, KV != KvKind::kSame>;
+  auto kernel = prefill_kernel<Cfg, T, KV>;
+  // Per function and device; cheap, and not a stream operation (legal during graph capture).
+  FLASHBACK_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES));
+  const dim3 grid(p.m_blocks, p.heads_q, p.batch);
+  kernel<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(p);
+  FLASHBACK_CUDA_CHECK_LAUNCH("prefill_kernel");
+}
+
+template <int D, int DV, typename T>
+void launch(const PrefillParams& p, KvKind kv, cudaStream_t stream) {
+  switch (kv) {
+    case KvKind::kSame:
+      return launch_one<D, DV, T, KvKind::kSame>(p, stream);
+    case KvKind::kE4M3:
+      return launch_one<D, DV, T, KvKind::kE4M3>(p, stream);
+    case KvKind::kE5M2:
+      return launch_one<D, DV, T, KvKind::kE5M2>(p, stream);
+  }
+}
+
+// Rows per CTA of an instance (the host sizes the grid with it).
+template <int D, int DV>
+constexpr int block_rows() {
+  return PrefillConfig<D, DV, false>::BM;
+}
+
+}  // namespace flashback::cuda::prefill
+
+#define FLASHBACK_DEFINE_PREFILL_INSTANCE(D, DV, TN)                            \
+  namespace flashback::cuda::prefill {                                          \
+  void run_##D##_##DV##_##TN(const PrefillParams& p, KvKind kv, void* stream) { \
+    launch<D, DV, TN>(p, kv, static_cast<cudaStream_t>(stream));                \
+  }                                                                             \
+  int rows_##D##_##DV##_##TN() { return block_rows<D, DV>(); }                  \
+  }

@@ -1,0 +1,394 @@
+// GPU long-query paged attention and ragged attention (issue #7 part 1) against the CPU oracle:
+// fresh random inputs (testing::make_paged places pages randomly and poisons outputs, on the
+// device too), ragged query lengths including 0, 1, 17 and 130 (more than one 128-row block),
+// keys across page boundaries, P in {1, 16, 64}, GQA ratios 1/4/8, causal and not, windows,
+// softcap, FP8 e4m3/e5m2 with per-head and scalar descales, both LSE layouts, table rows and
+// kv_start (chunked-local virtual requests), a short max_seqlen_q hint, batch invariance, and
+// the errors for what is not built.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "device_data.h"
+#include "flashback/ops.h"
+#include "testing/case.h"
+
+namespace flashback {
+namespace {
+
+using testing::AttentionCase;
+using testing::PagedData;
+
+const Exec kRef{nullptr, 0, Exec::CpuImpl::kReference};
+
+std::vector<int> built_head_dims() {
+  std::vector<int> v;
+  std::stringstream s(FLASHBACK_TEST_HEAD_DIMS);
+  for (std::string x; std::getline(s, x, ',');)
+    if (!x.empty()) v.push_back(std::stoi(x));
+  return v;
+}
+
+uint64_t next_seed() {
+  static uint64_t s = 0x9f11;
+  return ++s;
+}
+
+int max_of(const std::vector<int>& v) {
+  return v.empty() ? 0 : *std::max_element(v.begin(), v.end());
+}
+
+// Runs `c` on the GPU and the oracle on identical inputs. `hint` is the max_seqlen_q passed
+// (-1: the true maximum; 0: none, so the CUDA side must assume total_q).
+void check(const AttentionCase& c, const Exec& exec = {}, int hint = -1,
+           const std::function<void(PagedData&)>& mutate = {}) {
+  SCOPED_TRACE(c.describe());
+  PagedData d = testing::make_paged(c, next_seed());
+  d.params.max_seqlen_q = hint < 0 ? max_of(c.q_lens) : hint;
+  if (mutate) mutate(d);
+  PagedData ref = testing::with_fresh_outputs(d);
+  paged_attention(ref.params, kRef);
+  testing::DevicePaged dp = testing::to_device(d);
+  testing::run_on_device(dp, d, exec);
+  const auto cmp = testing::compare(d.params.out, ref.params.out, d.params.lse, ref.params.lse);
+  EXPECT_TRUE(cmp.ok) << cmp.why << " (rel " << cmp.rel_l2 << ", max abs " << cmp.max_abs
+                      << ", lse " << cmp.lse_max_abs << ")";
+}
+
+// (q_len, kv_len) pairs: empty entries, a single query, 17 and 130 queries (one and two row
+// blocks), prefixes ending on, before and after page boundaries, and q_len > kv_len (causal rows
+// that see no key: zeros and LSE -inf).
+AttentionCase extend_case(int D, int hq, int hk, int P) {
+  AttentionCase c;
+  c.heads_q = hq;
+  c.heads_kv = hk;
+  c.head_dim = D;
+  c.page_size = P;
+  const std::vector<std::pair<int, int>> qk = {
+      {0, 0},           {17, 17}, {1, 300},          {130, 130 + 3 * P + 5},
+      {0, 37},          {20, 5},  {17, 17 + P},      {129, 129 + P - 1 + (P == 1)},
+      {64, 2 * P + 64}, {1, 1},   {130, 130 + 2 * P}};
+  for (auto [q, k] : qk) {
+    c.q_lens.push_back(q);
+    c.kv_lens.push_back(k);
+  }
+  return c;
+}
+
+TEST(CudaPrefill, PageSizesAndGqaRatios) {
+  for (int D : built_head_dims())
+    for (int P : {1, 16, 64})
+      for (auto [hq, hk] : {std::pair{2, 2}, {4, 1}, {8, 1}}) {
+        AttentionCase c = extend_case(D, hq, hk, P);
+        c.name = "extend";
+        check(c);
+      }
+}
+
+TEST(CudaPrefill, Variants) {
+  for (int D : built_head_dims()) {
+    auto base = [&] { return extend_case(D, 4, 1, 16); };
+    {
+      AttentionCase c = base();
+      c.name = "non-causal (cross-attention prefill)";
+      c.causal = false;
+      check(c);
+    }
+    {
+      AttentionCase c = base();
+      c.name = "window left, long keys (tiles outside skipped)";
+      c.window_left = 45;
+      c.q_lens.push_back(200);
+      c.kv_lens.push_back(1500);
+      check(c);
+    }
+    {
+      AttentionCase c = base();
+      c.name = "non-causal two-sided window";
+      c.causal = false;
+      c.window_left = 50;
+      c.window_right = 20;
+      check(c);
+    }
+    {
+      AttentionCase c = base();
+      c.name = "causal with right window 0 and left 0";
+      c.window_left = 0;
+      c.window_right = 0;
+      check(c);
+    }
+    {
+      AttentionCase c = base();
+      c.name = "softcap";
+      c.softcap = 5.0f;
+      c.softmax_scale = 0.5f;
+      check(c);
+    }
+    {
+      AttentionCase c = base();
+      c.name = "req_to_token slots";
+      c.table_holds_slots = true;
+      check(c);
+    }
+    {
+      AttentionCase c = base();
+      c.name = "fp16, transposed lse";
+      c.dtype = c.kv_dtype = DType::kF16;
+      c.lse_transposed = true;
+      check(c);
+    }
+    {
+      AttentionCase c = base();
+      c.name = "no lse";
+      c.with_lse = false;
+      check(c);
+    }
+    for (DType f8 : {DType::kF8E4M3, DType::kF8E5M2})
+      for (bool per_head : {true, false})
+        for (DType q : {DType::kBF16, DType::kF16}) {
+          AttentionCase c = base();
+          c.name = "fp8";
+          c.kv_dtype = f8;
+          c.dtype = q;
+          c.per_head_descale = per_head;
+          check(c);
+        }
+  }
+}
+
+TEST(CudaPrefill, HintsAndLongEntries) {
+  const int D = built_head_dims()[0];
+  AttentionCase c = extend_case(D, 8, 2, 16);
+  c.q_lens.push_back(300);  // three row blocks
+  c.kv_lens.push_back(333);
+  c.name = "no max_seqlen_q (total_q bound)";
+  check(c, {}, /*hint=*/0);
+  c.name = "max_seqlen_q 17 shorter than the entries (the kernel loops over blocks)";
+  check(c, {}, /*hint=*/17);
+  c.name = "deterministic";
+  Exec det;
+  det.deterministic = true;
+  check(c, det);
+}
+
+// Chunked-local virtual requests and cross attention as the plan expresses them: entries pick
+// a row of the table (table_rows) and start at a key position (kv_start).
+TEST(CudaPrefill, TableRowsAndKvStart) {
+  for (int D : built_head_dims())
+    for (int P : {1, 16}) {
+      AttentionCase c = extend_case(D, 8, 2, P);
+      c.q_lens = {30, 130, 0, 17, 1};
+      c.kv_lens = {200, 700, 64, 300, 90};
+      c.name = "virtual requests";
+      SCOPED_TRACE(c.describe());
+      PagedData d = testing::make_paged(c, next_seed());
+      d.params.max_seqlen_q = max_of(c.q_lens);
+      const int B = static_cast<int>(c.q_lens.size());
+      Tensor rows(DType::kI32, {B}), start(DType::kI32, {B});
+      std::mt19937_64 rng(next_seed());
+      for (int b = 0; b < B; ++b) {
+        const int r = (b * 3 + 1) % B;  // another request's row of the table
+        const int full = c.kv_lens[r], q = c.q_lens[b];
+        const int s = std::uniform_int_distribution<int>(0, std::max(0, full - q))(rng);
+        const int len = std::uniform_int_distribution<int>(std::min(q, full - s), full - s)(rng);
+        rows.ptr<int32_t>()[b] = r;
+        start.ptr<int32_t>()[b] = s;
+        d.cache_seqlens.ptr<int32_t>()[b] = len;
+      }
+      d.params.table_rows = rows;
+      d.params.kv_start = start;
+      PagedData ref = testing::with_fresh_outputs(d);
+      paged_attention(ref.params, kRef);
+      testing::DevicePaged dp = testing::to_device(d);
+      dp.mirror.add(rows);
+      dp.mirror.add(start);
+      dp.params.table_rows = dp.mirror.rebase(rows);
+      dp.params.kv_start = dp.mirror.rebase(start);
+      testing::run_on_device(dp, d, {});
+      const auto cmp = testing::compare(d.params.out, ref.params.out, d.params.lse, ref.params.lse);
+      EXPECT_TRUE(cmp.ok) << cmp.why << " (rel " << cmp.rel_l2 << ", max abs " << cmp.max_abs
+                          << ")";
+    }
+}
+
+// A request's output bits do not depend on the rest of its batch (SPEC.md §9): entry 0 run
+// alone (views of the same device data, output re-poisoned) equals entry 0 run in the batch.
+TEST(CudaPrefill, BatchInvariant) {
+  const int D = built_head_dims()[0];
+  AttentionCase c = extend_case(D, 8, 2, 16);
+  c.q_lens = {130, 40, 0, 300, 17};
+  c.kv_lens = {400, 40, 10, 300, 1000};
+  PagedData d = testing::make_paged(c, next_seed());
+  d.params.max_seqlen_q = 300;
+  testing::DevicePaged dp = testing::to_device(d);
+  testing::run_on_device(dp, d, {});
+  const int64_t n0 = int64_t{130} * c.heads_q * D;
+  std::vector<unsigned char> batch_bits(static_cast<size_t>(n0 * 2));
+  std::memcpy(batch_bits.data(), d.out.data(), batch_bits.size());
+
+  testing::DevicePaged one = testing::to_device(d);  // fresh poisoned device outputs
+  PagedAttentionParams& p = one.params;
+  p.max_seqlen_q = 130;
+  p.cu_seqlens_q = p.cu_seqlens_q.slice(0, 0, 2);
+  p.cache_seqlens = p.cache_seqlens.slice(0, 0, 1);
+  p.q = p.q.slice(0, 0, 130);
+  p.out = p.out.slice(0, 0, 130);
+  p.lse = p.lse.slice(0, 0, 130);
+  d.out.poison();
+  one.mirror.upload(d.out);
+  paged_attention(p);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  one.mirror.download(d.out);
+  EXPECT_EQ(std::memcmp(batch_bits.data(), d.out.data(), batch_bits.size()), 0)
+      << "entry 0's output changed with its batch";
+}
+
+// Ragged attention: contiguous K/V with cu_seqlens_k, on the oracle's semantics.
+struct RaggedCase {
+  std::string name;
+  std::vector<int> q_lens, k_lens;
+  int heads_q = 8, heads_kv = 2, head_dim = 192, head_dim_v = 128;
+  DType dtype = DType::kBF16;
+  bool causal = true, lse_transposed = false;
+  int window_left = -1, window_right = -1;
+  float softcap = 0;
+};
+
+void check_ragged(const RaggedCase& c) {
+  SCOPED_TRACE(c.name);
+  std::mt19937_64 rng(next_seed());
+  const int64_t B = static_cast<int64_t>(c.q_lens.size());
+  int64_t tq = 0, tk = 0;
+  Tensor cu_q(DType::kI32, {B + 1}), cu_k(DType::kI32, {B + 1});
+  cu_q.ptr<int32_t>()[0] = cu_k.ptr<int32_t>()[0] = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    tq += c.q_lens[b];
+    tk += c.k_lens[b];
+    cu_q.ptr<int32_t>()[b + 1] = static_cast<int32_t>(tq);
+    cu_k.ptr<int32_t>()[b + 1] = static_cast<int32_t>(tk);
+  }
+  Tensor q(c.dtype, {tq, c.heads_q, c.head_dim}), k(c.dtype, {tk, c.heads_kv, c.head_dim}),
+      v(c.dtype, {tk, c.heads_kv, c.head_dim_v});
+  testing::fill_normal(q, rng);
+  testing::fill_normal(k, rng);
+  testing::fill_normal(v, rng);
+  auto outputs = [&](Tensor& out, Tensor& lse, RaggedAttentionParams& p) {
+    out = Tensor(c.dtype, {tq, c.heads_q, c.head_dim_v});
+    out.poison();
+    lse = c.lse_transposed ? Tensor(DType::kF32, {c.heads_q, tq})
+                           : Tensor(DType::kF32, {tq, c.heads_q});
+    lse.poison();
+    p.out = out;
+    p.lse = c.lse_transposed ? lse.view().transposed(0, 1) : lse.view();
+  };
+  RaggedAttentionParams p;
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.cu_seqlens_q = cu_q;
+  p.cu_seqlens_k = cu_k;
+  p.causal = c.causal;
+  p.window_left = c.window_left;
+  p.window_right = c.window_right;
+  p.softcap = c.softcap;
+  p.max_seqlen_q = max_of(c.q_lens);
+  p.max_seqlen_k = max_of(c.k_lens);
+  Tensor out, lse, ref_out, ref_lse;
+  RaggedAttentionParams ref = p;
+  outputs(ref_out, ref_lse, ref);
+  ragged_attention(ref, kRef);
+  outputs(out, lse, p);
+
+  testing::DeviceMirror m;
+  for (const Tensor* t : {&q, &k, &v, &cu_q, &cu_k, &out, &lse}) m.add(*t);
+  RaggedAttentionParams dev = p;
+  dev.q = m.rebase(p.q);
+  dev.k = m.rebase(p.k);
+  dev.v = m.rebase(p.v);
+  dev.cu_seqlens_q = m.rebase(p.cu_seqlens_q);
+  dev.cu_seqlens_k = m.rebase(p.cu_seqlens_k);
+  dev.out = m.rebase(p.out);
+  dev.lse = m.rebase(p.lse);
+  ragged_attention(dev);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  m.download(out);
+  m.download(lse);
+  const auto cmp = testing::compare(p.out, ref.out, p.lse, ref.lse);
+  EXPECT_TRUE(cmp.ok) << cmp.why << " (rel " << cmp.rel_l2 << ", max abs " << cmp.max_abs
+                      << ", lse " << cmp.lse_max_abs << ")";
+}
+
+TEST(CudaRagged, MlaChunkedPrefixShapes) {
+  RaggedCase c;
+  c.q_lens = {0, 1, 17, 130, 64, 20, 33};
+  c.k_lens = {0, 1, 17, 130, 500, 5, 0};
+  c.name = "192/128 causal extend";
+  check_ragged(c);
+  c.name = "192/128 non-causal prefix chunk, transposed lse";
+  c.causal = false;
+  c.lse_transposed = true;
+  c.k_lens = {10, 1, 300, 257, 64, 0, 129};
+  check_ragged(c);
+  c.name = "192/128 fp16, GQA 1";
+  c.dtype = DType::kF16;
+  c.heads_q = c.heads_kv = 4;
+  check_ragged(c);
+}
+
+TEST(CudaRagged, HeadDimsAndVariants) {
+  for (int D : built_head_dims())
+    for (auto [hq, hk] : {std::pair{2, 2}, {8, 2}, {8, 1}}) {
+      RaggedCase c;
+      c.head_dim = c.head_dim_v = D;
+      c.heads_q = hq;
+      c.heads_kv = hk;
+      c.q_lens = {17, 0, 130, 1, 40};
+      c.k_lens = {17, 9, 260, 1, 31};
+      c.name = "ragged D=" + std::to_string(D);
+      check_ragged(c);
+      c.name = "ragged window + softcap";
+      c.window_left = 20;
+      c.softcap = 3.0f;
+      check_ragged(c);
+    }
+}
+
+TEST(CudaPrefill, UnsupportedIsLoud) {
+  auto arg_of = [](const AttentionCase& c) -> std::string {
+    PagedData d = testing::make_paged(c, next_seed());
+    testing::DevicePaged dp = testing::to_device(d);
+    dp.params.max_seqlen_q = max_of(c.q_lens);
+    try {
+      paged_attention(dp.params);
+    } catch (const Error& e) {
+      return e.argument();
+    }
+    return "(no error)";
+  };
+  AttentionCase mla;
+  mla.mla = true;
+  mla.head_dim = 64;
+  mla.head_dim_v = 512;
+  mla.heads_q = 16;
+  mla.heads_kv = 1;
+  mla.page_size = 64;
+  mla.q_lens = {40};
+  mla.kv_lens = {100};
+  EXPECT_EQ(arg_of(mla), "qv");
+  AttentionCase odd = extend_case(48, 4, 4, 16);  // a head dim no instance is built for
+  EXPECT_EQ(arg_of(odd), "q");
+  AttentionCase f32 = extend_case(built_head_dims()[0], 4, 4, 16);
+  f32.dtype = f32.kv_dtype = DType::kF32;
+  EXPECT_EQ(arg_of(f32), "q");
+}
+
+}  // namespace
+}  // namespace flashback
