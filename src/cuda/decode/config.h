@@ -1,0 +1,48 @@
+// Compile-time shape of the short-query paged attention kernel, per (head dims, KV kind, row
+// tiles). Every shared-memory and register figure is derived here so the kernel stays generic.
+#pragma once
+
+namespace flashback::cuda {
+
+template <int D_, int DV_, bool QV_, bool FP8_, int MT_>
+struct DecodeConfig {
+  static constexpr int D = D_;     // q/k head dim (MLA: the rope part)
+  static constexpr int DV = DV_;   // v head dim (MLA: the latent width, also q_nope's)
+  static constexpr bool QV = QV_;  // MLA absorbed: logits add q_nope . c_kv
+  static constexpr bool FP8 = FP8_;
+  static constexpr int MT = MT_;   // 16-row m-tiles per CTA (rows = query x head-in-group)
+  static constexpr int ROWS = 16 * MT;
+  // MLA: 8 warps so the 512-wide output splits into 64 columns per warp (32 fp32 registers per
+  // m-tile); MHA: 4 warps.
+  static constexpr int WARPS = QV ? 8 : 4;
+  static constexpr int THREADS = 32 * WARPS;
+  // Keys per tile: about 32 KB of 16-bit K+V per stage keeps enough bytes in flight per SM
+  // (Little's law at ~4.3 TB/s and ~1 us latency is ~33 KB per SM) with two CTAs resident.
+  static constexpr int N = (D + DV) <= 256 ? 64 : 32;
+  static constexpr int EB = FP8 ? 1 : 2;  // bytes per cache element
+  // Shared-memory row pitches (in elements / bytes), padded by 16 bytes so the 8 rows an
+  // ldmatrix reads fall in different banks.
+  static constexpr int QP = D + 8, QVP = DV + 8;      // 16-bit elements
+  static constexpr int KP = D + 8, VP = DV + 8;       // 16-bit converted tiles
+  static constexpr int KRAW = D * EB + 16, VRAW = DV * EB + 16;  // raw stage rows, bytes
+  static constexpr int SP = N + 4;                    // fp32 logits
+  static constexpr int PP = N + 8;                    // 16-bit probabilities
+  static constexpr int STAGE_BYTES = N * (KRAW + VRAW);
+  static constexpr int BASE_BYTES = ROWS * QP * 2 + (QV ? ROWS * QVP * 2 : 0) +
+                                    (FP8 ? N * (KP + VP) * 2 : 0) + ROWS * SP * 4 +
+                                    ROWS * PP * 2 + 3 * ROWS * 4;
+  // Three stages when two CTAs still fit in an SM's 227 KB, else two.
+  static constexpr int STAGES = 2 * (BASE_BYTES + 3 * STAGE_BYTES) <= 225 * 1024 ? 3 : 2;
+  static constexpr int SMEM_BYTES = BASE_BYTES + STAGES * STAGE_BYTES;
+  static constexpr int TPR = THREADS / ROWS;  // softmax threads per row
+  static constexpr int NT8 = DV / 8;          // output n8 tiles, dealt round-robin to warps
+  static constexpr int NT8_PER_WARP = (NT8 + WARPS - 1) / WARPS;
+
+  static_assert(D % 16 == 0 && DV % 16 == 0, "head dims must be multiples of 16");
+  static_assert(N % 16 == 0, "keys per tile must be a multiple of 16");
+  static_assert(TPR >= 1 && TPR <= 32 && (TPR & (TPR - 1)) == 0,
+                "softmax row groups must be power-of-two lane groups within a warp");
+  static_assert(SMEM_BYTES <= 227 * 1024, "shared memory per CTA exceeds 227 KB");
+};
+
+}  // namespace flashback::cuda

@@ -1,0 +1,393 @@
+// Paged attention for short queries (1..16 per entry: decode, draft decode, verify, the decode
+// rows of MIXED), split-KV (flash-decoding).
+//
+// One CTA = (split, KV head g, row block, batch entry). Its rows are the (query, head-in-group)
+// pairs of one KV head, so each K/V byte is read once for the whole GQA group and all verify
+// tokens. Per tile of N keys (cp.async, multi-stage):
+//   1. logits: warps split the (m-tile, 16-key) blocks, S = Q K^T (+ Qv V^T for MLA) on tensor
+//      cores, into shared memory;
+//   2. softmax: a power-of-two lane group per row applies scale, softcap and the key-range mask
+//      (SPEC.md §2 via the same bottom-right rule as the oracle), updates the running max and
+//      sum in registers, writes P (16-bit) and the rescale factor;
+//   3. P V: warps split the output columns (n8 tiles), so no cross-warp reduction is needed.
+// FP8 caches are widened exactly to q's 16-bit type in shared memory; descales are per-CTA
+// scalars folded into the logits (k) and the final output (v). Keys past the range load as
+// zeros (never stale memory) and are masked to -inf.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/common/dtype.cuh"
+#include "cuda/common/mma.cuh"
+#include "cuda/decode/config.h"
+#include "cuda/decode/params.h"
+
+namespace flashback::cuda {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+struct KeyRangeDev {
+  int lo, hi;  // inclusive; empty when hi < lo
+};
+
+// The oracle's rule (reference::visible_keys), on the device.
+__device__ __forceinline__ KeyRangeDev visible_keys_dev(int i, int q_len, int kv_len,
+                                                       const DecodeParams& p) {
+  const int pos = kv_len - q_len + i;
+  int lo = 0, hi = kv_len - 1;
+  if (p.causal && pos < hi) hi = pos;
+  if (p.window_left >= 0 && pos - p.window_left > lo) lo = pos - p.window_left;
+  if (p.window_right >= 0 && pos + p.window_right < hi) hi = pos + p.window_right;
+  return {lo, hi};
+}
+
+// Element offset of key position `pos` (entry-relative, kv_start already added) in a cache with
+// the given page / in-page strides.
+__device__ __forceinline__ int64_t key_offset(const DecodeParams& p, int row, int pos,
+                                              int64_t s_page, int64_t s_off) {
+  const int32_t* r = p.table + static_cast<int64_t>(row) * p.table_s0;
+  int64_t page, off;
+  if (p.table_holds_slots) {
+    const int64_t slot = r[static_cast<int64_t>(pos) * p.table_s1];
+    page = slot / p.page_size;
+    off = slot - page * p.page_size;
+  } else {
+    const int pi = pos / p.page_size;
+    page = r[static_cast<int64_t>(pi) * p.table_s1];
+    off = pos - pi * p.page_size;
+  }
+  return page * s_page + off * s_off;
+}
+
+template <typename Cfg, typename T, KvKind KV>
+__global__ void __launch_bounds__(Cfg::THREADS) decode_kernel(const DecodeParams p) {
+  constexpr int D = Cfg::D, DV = Cfg::DV, N = Cfg::N, MT = Cfg::MT, ROWS = Cfg::ROWS;
+  constexpr int WARPS = Cfg::WARPS, THREADS = Cfg::THREADS, STAGES = Cfg::STAGES;
+  constexpr int QP = Cfg::QP, QVP = Cfg::QVP, KP = Cfg::KP, VP = Cfg::VP, SP = Cfg::SP,
+                PP = Cfg::PP, TPR = Cfg::TPR, EB = Cfg::EB;
+  constexpr bool QV = Cfg::QV, FP8 = Cfg::FP8;
+  static_assert(FP8 == (KV != KvKind::kSame), "config and KV kind disagree");
+
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* sQ = reinterpret_cast<T*>(smem);
+  T* sQV = sQ + ROWS * QP;
+  unsigned char* sStage = reinterpret_cast<unsigned char*>(sQV + (QV ? ROWS * QVP : 0));
+  T* sK16 = reinterpret_cast<T*>(sStage + STAGES * Cfg::STAGE_BYTES);
+  T* sV16 = sK16 + (FP8 ? N * KP : 0);
+  float* sS = reinterpret_cast<float*>(sV16 + (FP8 ? N * VP : 0));
+  T* sP = reinterpret_cast<T*>(sS + ROWS * SP);
+  float* sAlpha = reinterpret_cast<float*>(sP + ROWS * PP);
+  float* sL = sAlpha + ROWS;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int split = blockIdx.x;
+  const int g = blockIdx.y / p.row_blocks, rb = blockIdx.y % p.row_blocks;
+  const int b = blockIdx.z;
+
+  const int q0 = p.cu_q[b * p.cu_q_s];
+  const int q_len = p.cu_q[(b + 1) * p.cu_q_s] - q0;
+  const int kv_len = p.seqlens[b * p.seqlens_s];
+  const int start = p.kv_start ? p.kv_start[b * p.kv_start_s] : 0;
+  const int trow = p.table_rows ? p.table_rows[b * p.table_rows_s] : b;
+  if (q_len <= 0) return;
+  const int rows_total = q_len * p.group;
+  const int row0 = rb * ROWS;
+  if (q_len > p.max_q) {
+    // The grid was sized for max_q queries per entry: a longer entry is outside this kernel's
+    // contract (issue #7). Make it loud in the data rather than leave stale values.
+    if (split == 0 && rb == 0) {
+      for (int e = tid; e < q_len * p.group * DV; e += THREADS) {
+        const int r = e / DV, c = e % DV;
+        const int tok = q0 + r / p.group, head = g * p.group + r % p.group;
+        static_cast<T*>(p.out)[tok * p.out_st + head * p.out_sh + c] = from_float<T>(NAN);
+        if (c == 0 && p.lse) p.lse[tok * p.lse_st + head * p.lse_sh] = NAN;
+      }
+    }
+    return;
+  }
+  if (row0 >= rows_total) return;
+
+  // This split's keys: a slice of the union of the entry's visible ranges.
+  int begin = 0, end = 0;
+  {
+    const KeyRangeDev first = visible_keys_dev(0, q_len, kv_len, p);
+    const KeyRangeDev last = visible_keys_dev(q_len - 1, q_len, kv_len, p);
+    const int lo = first.lo, hi = last.hi;
+    if (hi >= lo) {
+      const int range = hi - lo + 1;
+      int chunk = p.split_chunk;
+      if (chunk <= 0) chunk = ((range + p.num_splits - 1) / p.num_splits + N - 1) / N * N;
+      const int64_t b0 = lo + static_cast<int64_t>(split) * chunk;
+      if (b0 <= hi) {
+        begin = static_cast<int>(b0);
+        end = min(hi + 1, begin + chunk);
+      }
+    }
+  }
+  const float kd = p.k_descale ? p.k_descale[b * p.kd_s0 + g * p.kd_s1] : 1.0f;
+  const float vd = p.v_descale ? p.v_descale[b * p.vd_s0 + g * p.vd_s1] : 1.0f;
+
+  // Q (and Qv) rows of this block into shared memory; rows past the entry are zeros.
+  {
+    const T* q = static_cast<const T*>(p.q);
+    for (int e = tid; e < ROWS * D; e += THREADS) {
+      const int r = e / D, d = e % D, gr = row0 + r;
+      T x = from_float<T>(0.f);
+      if (gr < rows_total)
+        x = q[(q0 + gr / p.group) * p.q_st + (g * p.group + gr % p.group) * p.q_sh + d];
+      sQ[r * QP + d] = x;
+    }
+    if constexpr (QV) {
+      const T* qv = static_cast<const T*>(p.qv);
+      for (int e = tid; e < ROWS * DV; e += THREADS) {
+        const int r = e / DV, d = e % DV, gr = row0 + r;
+        T x = from_float<T>(0.f);
+        if (gr < rows_total)
+          x = qv[(q0 + gr / p.group) * p.qv_st + (g * p.group + gr % p.group) * p.qv_sh + d];
+        sQV[r * QVP + d] = x;
+      }
+    }
+  }
+
+  // Tile loader: 16-byte chunks of K rows then V rows, one page-table lookup per chunk (the
+  // table row is L1-resident; the loads are issued STAGES-1 tiles ahead of their use).
+  const unsigned char* kbase =
+      static_cast<const unsigned char*>(p.k) + g * p.k_sh * EB;
+  const unsigned char* vbase =
+      static_cast<const unsigned char*>(p.v) + g * p.v_sh * EB;
+  auto load_tile = [&](int tile, int stage) {
+    constexpr int CK = D * EB / 16, CV = DV * EB / 16, C = CK + CV;
+    unsigned char* dst0 = sStage + stage * Cfg::STAGE_BYTES;
+    const int t0 = begin + tile * N;
+    for (int c = tid; c < N * C; c += THREADS) {
+      const int key = c / C, ch = c % C, t = t0 + key;
+      const bool is_k = ch < CK;
+      unsigned char* dst = is_k ? dst0 + key * Cfg::KRAW + ch * 16
+                                : dst0 + N * Cfg::KRAW + key * Cfg::VRAW + (ch - CK) * 16;
+      if (t < end) {
+        const int64_t off = is_k ? key_offset(p, trow, start + t, p.k_sp, p.k_so)
+                                 : key_offset(p, trow, start + t, p.v_sp, p.v_so);
+        const unsigned char* src =
+            (is_k ? kbase + ch * 16 : vbase + (ch - CK) * 16) + off * EB;
+        cp_async16(dst, src, 16);
+      } else {
+        cp_async16(dst, kbase, 0);
+      }
+    }
+  };
+
+  // Softmax row ownership is static, so the running max and sum live in registers.
+  const int my_row = tid / TPR, sub = tid % TPR;
+  int lo_r = 1, hi_r = 0;
+  {
+    const int gr = row0 + my_row;
+    if (gr < rows_total) {
+      const KeyRangeDev kr = visible_keys_dev(gr / p.group, q_len, kv_len, p);
+      lo_r = kr.lo;
+      hi_r = kr.hi;
+    }
+  }
+  float m_run = -INFINITY, l_run = 0.f;
+
+  constexpr int NTW = Cfg::NT8_PER_WARP;
+  float acc[MT][NTW][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int u = 0; u < NTW; ++u)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) acc[mt][u][x] = 0.f;
+
+  const int ntiles = end > begin ? (end - begin + N - 1) / N : 0;
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < ntiles) load_tile(s, s);
+    cp_async_commit();
+  }
+
+  for (int j = 0; j < ntiles; ++j) {
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    {
+      const int next = j + STAGES - 1;
+      if (next < ntiles) load_tile(next, next % STAGES);
+      cp_async_commit();
+    }
+    unsigned char* stage = sStage + (j % STAGES) * Cfg::STAGE_BYTES;
+    const T* Kt = reinterpret_cast<const T*>(stage);
+    const T* Vt = reinterpret_cast<const T*>(stage + N * Cfg::KRAW);
+    if constexpr (FP8) {
+      // Widen 8 fp8 values (8 bytes) to 8 16-bit values (16 bytes) per step.
+      for (int e = tid; e < N * (D + DV) / 8; e += THREADS) {
+        const bool is_k = e < N * D / 8;
+        const int ee = is_k ? e : e - N * D / 8;
+        const int w = is_k ? D / 8 : DV / 8;
+        const int key = ee / w, c8 = ee % w;
+        const unsigned char* src = is_k ? stage + key * Cfg::KRAW + c8 * 8
+                                        : stage + N * Cfg::KRAW + key * Cfg::VRAW + c8 * 8;
+        const uint2 raw = *reinterpret_cast<const uint2*>(src);
+        uint4 o;
+        o.x = fp8x2_to<T, KV>(static_cast<uint16_t>(raw.x & 0xffff));
+        o.y = fp8x2_to<T, KV>(static_cast<uint16_t>(raw.x >> 16));
+        o.z = fp8x2_to<T, KV>(static_cast<uint16_t>(raw.y & 0xffff));
+        o.w = fp8x2_to<T, KV>(static_cast<uint16_t>(raw.y >> 16));
+        T* dst = is_k ? sK16 + key * KP + c8 * 8 : sV16 + key * VP + c8 * 8;
+        *reinterpret_cast<uint4*>(dst) = o;
+      }
+      __syncthreads();
+      Kt = sK16;
+      Vt = sV16;
+    }
+
+    // 1. Logits.
+    for (int item = warp; item < MT * (N / 16); item += WARPS) {
+      const int mt = item / (N / 16), kb = item % (N / 16);
+      float sk[2][4] = {}, sv[2][4] = {};
+      const int arow = mt * 16 + (lane & 15), acol = (lane >> 4) * 8;
+      const int bkey = kb * 16 + (lane & 7) + ((lane >> 4) << 3), bcol = ((lane >> 3) & 1) * 8;
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks) {
+        uint32_t a[4], bb[4];
+        ldmatrix_x4(a, sQ + arow * QP + ks * 16 + acol);
+        ldmatrix_x4(bb, Kt + bkey * KP + ks * 16 + bcol);
+        mma16816<T>(sk[0], a, bb[0], bb[1]);
+        mma16816<T>(sk[1], a, bb[2], bb[3]);
+      }
+      if constexpr (QV) {
+#pragma unroll 4
+        for (int ks = 0; ks < DV / 16; ++ks) {
+          uint32_t a[4], bb[4];
+          ldmatrix_x4(a, sQV + arow * QVP + ks * 16 + acol);
+          ldmatrix_x4(bb, Vt + bkey * VP + ks * 16 + bcol);
+          mma16816<T>(sv[0], a, bb[0], bb[1]);
+          mma16816<T>(sv[1], a, bb[2], bb[3]);
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        const int r = mt * 16 + (lane >> 2), c = kb * 16 + nt * 8 + 2 * (lane & 3);
+        float2 lo2, hi2;
+        lo2.x = sk[nt][0] * kd + sv[nt][0] * vd;
+        lo2.y = sk[nt][1] * kd + sv[nt][1] * vd;
+        hi2.x = sk[nt][2] * kd + sv[nt][2] * vd;
+        hi2.y = sk[nt][3] * kd + sv[nt][3] * vd;
+        *reinterpret_cast<float2*>(sS + r * SP + c) = lo2;
+        *reinterpret_cast<float2*>(sS + (r + 8) * SP + c) = hi2;
+      }
+    }
+    __syncthreads();
+
+    // 2. Online softmax, base 2.
+    {
+      const int t0 = begin + j * N;
+      float x[N / TPR];
+      float mx = -INFINITY;
+#pragma unroll
+      for (int u = 0; u < N / TPR; ++u) {
+        const int jj = sub + u * TPR, t = t0 + jj;
+        const float s = sS[my_row * SP + jj];
+        const float logit = p.softcap > 0.f ? p.softcap * tanhf(s * p.scale / p.softcap)
+                                            : s * p.scale;
+        x[u] = (t >= lo_r && t <= hi_r && t < end) ? logit * kLog2e : -INFINITY;
+        mx = fmaxf(mx, x[u]);
+      }
+#pragma unroll
+      for (int o = TPR / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      const float m_new = fmaxf(m_run, mx);
+      const float alpha = m_new == -INFINITY ? 1.f : exp2f(m_run - m_new);
+      float sum = 0.f;
+#pragma unroll
+      for (int u = 0; u < N / TPR; ++u) {
+        const float pr = m_new == -INFINITY ? 0.f : exp2f(x[u] - m_new);
+        sum += pr;
+        sP[my_row * PP + sub + u * TPR] = from_float<T>(pr);
+      }
+#pragma unroll
+      for (int o = TPR / 2; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      l_run = l_run * alpha + sum;
+      m_run = m_new;
+      if (sub == 0) sAlpha[my_row] = alpha;
+    }
+    __syncthreads();
+
+    // 3. O = diag(alpha) O + P V.
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      const float a0 = sAlpha[mt * 16 + (lane >> 2)], a1 = sAlpha[mt * 16 + (lane >> 2) + 8];
+#pragma unroll
+      for (int u = 0; u < NTW; ++u) {
+        acc[mt][u][0] *= a0;
+        acc[mt][u][1] *= a0;
+        acc[mt][u][2] *= a1;
+        acc[mt][u][3] *= a1;
+      }
+    }
+#pragma unroll
+    for (int ks = 0; ks < N / 16; ++ks) {
+      uint32_t bv[NTW][2];
+#pragma unroll
+      for (int u = 0; u < NTW; ++u) {
+        const int jt = warp + u * WARPS;
+        if (jt < Cfg::NT8) ldmatrix_x2_trans(bv[u], Vt + (ks * 16 + (lane & 15)) * VP + jt * 8);
+      }
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        uint32_t a[4];
+        ldmatrix_x4(a, sP + (mt * 16 + (lane & 15)) * PP + ks * 16 + (lane >> 4) * 8);
+#pragma unroll
+        for (int u = 0; u < NTW; ++u)
+          if (warp + u * WARPS < Cfg::NT8) mma16816<T>(acc[mt][u], a, bv[u][0], bv[u][1]);
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  // Epilogue: normalise, apply the value descale, write the output (or this split's partial
+  // state) and the LSE (natural log).
+  if (sub == 0) sL[my_row] = l_run;
+  __syncthreads();
+  {
+    const int gr = row0 + my_row;
+    if (sub == 0 && gr < rows_total) {
+      const int tok = q0 + gr / p.group, head = g * p.group + gr % p.group;
+      const float lse = l_run > 0.f ? (m_run + log2f(l_run)) * kLn2 : -INFINITY;
+      if (p.use_workspace)
+        p.ws_lse[(static_cast<int64_t>(split) * p.total_q + tok) * p.heads_q + head] = lse;
+      else if (p.lse)
+        p.lse[tok * p.lse_st + head * p.lse_sh] = lse;
+    }
+  }
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = mt * 16 + (lane >> 2) + half * 8, gr = row0 + r;
+      if (gr >= rows_total) continue;
+      const int tok = q0 + gr / p.group, head = g * p.group + gr % p.group;
+      const float l = sL[r];
+      const float inv = l > 0.f ? vd / l : 0.f;
+#pragma unroll
+      for (int u = 0; u < NTW; ++u) {
+        const int jt = warp + u * WARPS;
+        if (jt >= Cfg::NT8) continue;
+        const int col = jt * 8 + 2 * (lane & 3);
+        const float o0 = acc[mt][u][half * 2] * inv, o1 = acc[mt][u][half * 2 + 1] * inv;
+        if (p.use_workspace) {
+          float* w = p.ws_o +
+                     ((static_cast<int64_t>(split) * p.total_q + tok) * p.heads_q + head) * DV +
+                     col;
+          *reinterpret_cast<float2*>(w) = make_float2(o0, o1);
+        } else {
+          T* o = static_cast<T*>(p.out) + tok * p.out_st + head * p.out_sh + col;
+          o[0] = from_float<T>(o0);
+          o[1] = from_float<T>(o1);
+        }
+      }
+    }
+}
+
+}  // namespace flashback::cuda

@@ -1,0 +1,50 @@
+// Launch of the short-query paged attention kernel for one (head dims, q dtype) instance: picks
+// the row tiles (1 or 4 m-tiles) and the KV kind at run time. Included only by the generated
+// instance files (one head-dim x dtype combination each, listed by src/cuda/sources.cmake).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "cuda/common/check.cuh"
+#include "cuda/decode/kernel.cuh"
+#include "cuda/decode/launch.h"
+
+namespace flashback::cuda {
+
+template <int D, int DV, bool QV, typename T, int MT, KvKind KV>
+void launch_decode_one(const DecodeParams& p, cudaStream_t stream) {
+  using Cfg = DecodeConfig<D, DV, QV, KV != KvKind::kSame, MT>;
+  auto kernel = decode_kernel<Cfg, T, KV>;
+  // Raising the dynamic shared-memory limit is per function and device; doing it on every call
+  // keeps multi-GPU processes correct and costs microseconds (it is not a stream operation, so
+  // it is legal during graph capture).
+  FLASHBACK_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES));
+  const dim3 grid(p.num_splits, p.heads_kv * p.row_blocks, p.batch);
+  kernel<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(p);
+  FLASHBACK_CUDA_CHECK_LAUNCH("decode_kernel");
+}
+
+template <int D, int DV, bool QV, typename T, int MT>
+void launch_decode_mt(const DecodeParams& p, KvKind kv, cudaStream_t stream) {
+  switch (kv) {
+    case KvKind::kSame: return launch_decode_one<D, DV, QV, T, MT, KvKind::kSame>(p, stream);
+    case KvKind::kE4M3: return launch_decode_one<D, DV, QV, T, MT, KvKind::kE4M3>(p, stream);
+    case KvKind::kE5M2: return launch_decode_one<D, DV, QV, T, MT, KvKind::kE5M2>(p, stream);
+  }
+}
+
+template <int D, int DV, bool QV, typename T>
+void launch_decode(const DecodeParams& p, int m_tiles, KvKind kv, cudaStream_t stream) {
+  if (m_tiles == 1) return launch_decode_mt<D, DV, QV, T, 1>(p, kv, stream);
+  return launch_decode_mt<D, DV, QV, T, 4>(p, kv, stream);
+}
+
+}  // namespace flashback::cuda
+
+#define FLASHBACK_DEFINE_DECODE_INSTANCE(D, DV, QV, TN)                                      \
+  namespace flashback::cuda {                                                               \
+  void decode_##D##_##DV##_##TN(const DecodeParams& p, int m_tiles, KvKind kv, void* stream) { \
+    launch_decode<D, DV, QV, TN>(p, m_tiles, kv, static_cast<cudaStream_t>(stream));          \
+  }                                                                                         \
+  }

@@ -1,0 +1,53 @@
+// Split-KV planning for the short-query kernel: pure C++ (no CUDA headers), so it is testable
+// anywhere. The grid is fixed on the host from shapes alone (batch, heads, page-table width,
+// SM count); how many keys each split of each entry covers is decided on the device from the
+// entry's own length, so CUDA-graph replay with new lengths needs no host work.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace flashback::cuda {
+
+// Deterministic mode: every split covers this many keys from the entry's first visible key, so
+// a request's splits (and their combine order) never depend on the rest of the batch.
+constexpr int kDeterministicSplitKeys = 1024;
+// Default mode: no split shorter than this (the combine and per-split prologue would dominate).
+constexpr int kMinSplitKeys = 512;
+constexpr int kMaxSplits = 256;
+
+struct SplitPlan {
+  int num_splits = 1;
+  int split_chunk = 0;  // > 0: fixed keys per split
+  bool use_workspace = false;
+};
+
+/// `max_keys`: an upper bound on any entry's key range (page-table width in keys).
+/// `ctas`: CTAs of one split (entries x KV heads x row blocks). `requested`: Exec/params
+/// num_splits (0 = heuristic).
+inline SplitPlan plan_splits(int64_t ctas, int64_t max_keys, int num_sms, int requested,
+                             bool deterministic) {
+  SplitPlan s;
+  max_keys = std::max<int64_t>(max_keys, 1);
+  if (deterministic) {
+    s.split_chunk = kDeterministicSplitKeys;
+    s.num_splits = static_cast<int>((max_keys + kDeterministicSplitKeys - 1) /
+                                    kDeterministicSplitKeys);
+    s.use_workspace = true;  // always combine, so one split and many give the same bits
+    return s;
+  }
+  if (requested > 0) {
+    s.num_splits = std::min(requested, kMaxSplits);
+  } else {
+    // Aim for about four CTAs per SM over the launch (two resident x two waves) so the tail
+    // wave is short, but never splits shorter than kMinSplitKeys.
+    const int64_t target = 4LL * std::max(num_sms, 1);
+    const int64_t want = (target + std::max<int64_t>(ctas, 1) - 1) / std::max<int64_t>(ctas, 1);
+    const int64_t cap = (max_keys + kMinSplitKeys - 1) / kMinSplitKeys;
+    s.num_splits = static_cast<int>(std::clamp<int64_t>(std::min(want, cap), 1, kMaxSplits));
+  }
+  s.use_workspace = s.num_splits > 1;
+  return s;
+}
+
+}  // namespace flashback::cuda

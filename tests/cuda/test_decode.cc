@@ -1,0 +1,298 @@
+// GPU short-query paged attention against the CPU oracle: every variant of issue #6 on fresh
+// random inputs (testing::make_paged places pages randomly and poisons outputs, on the device
+// too), ragged lengths including 0, 1 and page boundaries, P in {1, 16, 64}, GQA 1/4/8/16.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "device_data.h"
+#include "flashback/ops.h"
+#include "testing/case.h"
+
+namespace flashback {
+namespace {
+
+using testing::AttentionCase;
+using testing::PagedData;
+
+const Exec kRef{nullptr, 1, Exec::CpuImpl::kReference};
+
+std::vector<int> built_head_dims() {
+  std::vector<int> v;
+  std::stringstream s(FLASHBACK_TEST_HEAD_DIMS);
+  for (std::string x; std::getline(s, x, ',');)
+    if (!x.empty()) v.push_back(std::stoi(x));
+  return v;
+}
+
+uint64_t next_seed() {
+  static uint64_t s = 0x5eed;
+  return ++s;
+}
+
+// Lengths that hit 0, 1 and both sides of page boundaries, plus a few long ones.
+std::vector<int> boundary_lengths(int P) {
+  std::vector<int> v = {0, 1, P + 1, 2 * P, 3 * P + 5, 257, 1500};
+  if (P > 1) v.push_back(P - 1);
+  v.push_back(P);
+  return v;
+}
+
+int max_of(const std::vector<int>& v) { return v.empty() ? 0 : *std::max_element(v.begin(), v.end()); }
+
+// Runs `c` on the GPU and the oracle on identical inputs; `mutate` may adjust the host data
+// (e.g. add table_rows / kv_start) before both run.
+void check(const AttentionCase& c, const Exec& exec = {},
+           const std::function<void(PagedData&)>& mutate = {}, bool hint = true) {
+  SCOPED_TRACE(c.describe());
+  PagedData d = testing::make_paged(c, next_seed());
+  if (hint) d.params.max_seqlen_q = std::max(1, max_of(c.q_lens));
+  if (mutate) mutate(d);
+  PagedData ref = testing::with_fresh_outputs(d);
+  paged_attention(ref.params, kRef);
+  testing::DevicePaged dp = testing::to_device(d);
+  testing::run_on_device(dp, d, exec);
+  const auto cmp = testing::compare(d.params.out, ref.params.out, d.params.lse, ref.params.lse);
+  EXPECT_TRUE(cmp.ok) << cmp.why << " (rel " << cmp.rel_l2 << ", max abs " << cmp.max_abs
+                      << ", lse " << cmp.lse_max_abs << ")";
+}
+
+AttentionCase decode_case(int D, int hq, int hk, int P, std::vector<int> kv) {
+  AttentionCase c;
+  c.heads_q = hq;
+  c.heads_kv = hk;
+  c.head_dim = D;
+  c.page_size = P;
+  c.kv_lens = std::move(kv);
+  c.q_lens.assign(c.kv_lens.size(), 1);
+  return c;
+}
+
+TEST(CudaDecode, PageSizesAndGqaRatios) {
+  for (int D : built_head_dims())
+    for (int P : {1, 16, 64})
+      for (auto [hq, hk] : {std::pair{4, 4}, {8, 2}, {16, 2}, {32, 2}}) {
+        AttentionCase c = decode_case(D, hq, hk, P, boundary_lengths(P));
+        c.name = "decode";
+        check(c);
+      }
+}
+
+TEST(CudaDecode, VerifyAndRaggedShortQueries) {
+  for (int D : built_head_dims()) {
+    for (auto [hq, hk] : {std::pair{8, 2}, {16, 2}, {32, 2}}) {
+      AttentionCase c = decode_case(D, hq, hk, 16, {4, 17, 64, 300, 1200});
+      c.name = "verify q4";
+      c.q_lens.assign(c.kv_lens.size(), 4);
+      check(c);
+    }
+    std::mt19937_64 rng(next_seed());
+    AttentionCase c = decode_case(D, 32, 2, 16, {});
+    c.name = "ragged q 0..16 (256 rows per KV head)";
+    c.q_lens = {0, 1, 16, 7, 3, 16, 0, 2};
+    for (int q : c.q_lens) c.kv_lens.push_back(q + std::uniform_int_distribution<int>(0, 900)(rng));
+    c.kv_lens[6] = 0;
+    check(c);
+  }
+}
+
+TEST(CudaDecode, Variants) {
+  for (int D : built_head_dims()) {
+    const std::vector<int> kv = {0, 1, 15, 16, 17, 129, 700, 2049};
+    auto base = [&] { return decode_case(D, 8, 2, 16, kv); };
+    {
+      AttentionCase c = base();
+      c.name = "window left";
+      c.window_left = 100;
+      check(c);
+    }
+    {
+      AttentionCase c = base();
+      c.name = "verify window";
+      c.q_lens.assign(kv.size(), 3);
+      for (int& k : c.kv_lens) k += 3;
+      c.window_left = 37;
+      check(c);
+    }
+    {
+      AttentionCase c = base();
+      c.name = "non-causal two-sided window";
+      c.causal = false;
+      c.q_lens.assign(kv.size(), 2);
+      for (int& k : c.kv_lens) k += 2;
+      c.window_left = 50;
+      c.window_right = 20;
+      check(c);
+    }
+    {
+      AttentionCase c = base();
+      c.name = "softcap";
+      c.softcap = 5.0f;
+      c.softmax_scale = 0.5f;
+      check(c);
+    }
+    {
+      AttentionCase c = base();
+      c.name = "cross (non-causal)";
+      c.causal = false;
+      c.q_lens.assign(kv.size(), 2);
+      check(c);
+    }
+    {
+      AttentionCase c = base();
+      c.name = "req_to_token slots";
+      c.table_holds_slots = true;
+      check(c);
+    }
+    {
+      AttentionCase c = base();
+      c.name = "fp16, transposed lse";
+      c.dtype = c.kv_dtype = DType::kF16;
+      c.lse_transposed = true;
+      check(c);
+    }
+    {
+      AttentionCase c = base();
+      c.name = "no lse";
+      c.with_lse = false;
+      check(c);
+    }
+    for (DType f8 : {DType::kF8E4M3, DType::kF8E5M2})
+      for (bool per_head : {true, false})
+        for (DType q : {DType::kBF16, DType::kF16}) {
+          AttentionCase c = base();
+          c.name = "fp8";
+          c.kv_dtype = f8;
+          c.dtype = q;
+          c.per_head_descale = per_head;
+          check(c);
+        }
+  }
+}
+
+TEST(CudaDecode, NoMaxSeqlenHint) {
+  AttentionCase c = decode_case(built_head_dims()[0], 8, 2, 16, {5, 0, 300, 33});
+  c.name = "decode without max_seqlen_q";
+  check(c, {}, {}, /*hint=*/false);
+}
+
+TEST(CudaDecode, Splits) {
+  const int D = built_head_dims()[0];
+  AttentionCase c = decode_case(D, 16, 2, 16, {0, 1, 16, 33, 1000, 3000});
+  c.q_lens = {1, 1, 2, 1, 4, 1};
+  c.window_left = -1;
+  for (int s : {1, 2, 5, 64}) {
+    c.name = "num_splits " + std::to_string(s);
+    check(c, {}, [s](PagedData& d) { d.params.num_splits = s; });
+  }
+  c.name = "deterministic";
+  Exec det;
+  det.deterministic = true;
+  check(c, det);
+  c.name = "deterministic window";
+  c.window_left = 1500;
+  check(c, det);
+}
+
+// Chunked-local attention and cross attention as the plan expresses them: entries that pick a
+// row of the table (table_rows) and start at a key position (kv_start).
+TEST(CudaDecode, TableRowsAndKvStart) {
+  for (int D : built_head_dims())
+    for (int P : {1, 16}) {
+      AttentionCase c = decode_case(D, 8, 2, P, {64, 300, 1000, 45, 512});
+      c.name = "virtual requests";
+      c.q_lens = {1, 2, 1, 1, 3};
+      SCOPED_TRACE(c.describe());
+      PagedData d = testing::make_paged(c, next_seed());
+      d.params.max_seqlen_q = 3;
+      const int B = static_cast<int>(c.q_lens.size());
+      Tensor rows(DType::kI32, {B}), start(DType::kI32, {B});
+      std::mt19937_64 rng(next_seed());
+      for (int b = 0; b < B; ++b) {
+        const int r = (b * 3 + 1) % B;  // another request's row of the table
+        const int full = c.kv_lens[r], q = c.q_lens[b];
+        const int s = std::uniform_int_distribution<int>(0, std::max(0, full - q))(rng);
+        const int len = std::uniform_int_distribution<int>(std::min(q, full - s), full - s)(rng);
+        rows.ptr<int32_t>()[b] = r;
+        start.ptr<int32_t>()[b] = s;
+        d.cache_seqlens.ptr<int32_t>()[b] = len;
+      }
+      d.params.table_rows = rows;
+      d.params.kv_start = start;
+      PagedData ref = testing::with_fresh_outputs(d);
+      paged_attention(ref.params, kRef);
+      testing::DevicePaged dp = testing::to_device(d);
+      dp.mirror.add(rows);
+      dp.mirror.add(start);
+      dp.params.table_rows = dp.mirror.rebase(rows);
+      dp.params.kv_start = dp.mirror.rebase(start);
+      testing::run_on_device(dp, d, {});
+      const auto cmp = testing::compare(d.params.out, ref.params.out, d.params.lse, ref.params.lse);
+      EXPECT_TRUE(cmp.ok) << cmp.why;
+    }
+}
+
+#if FLASHBACK_TEST_MLA
+TEST(CudaDecode, MlaAbsorbed) {
+  for (int hq : {16, 128})
+    for (DType kv : {DType::kBF16, DType::kF8E4M3}) {
+      AttentionCase c = decode_case(64, hq, 1, 64, {0, 1, 63, 64, 65, 700});
+      c.name = "mla";
+      c.mla = true;
+      c.head_dim_v = 512;
+      c.kv_dtype = kv;
+      if (hq == 16) {
+        c.q_lens = {1, 1, 2, 1, 2, 1};
+        for (int& k : c.kv_lens) k += 1;
+      }
+      check(c);
+    }
+}
+#endif
+
+TEST(CudaDecode, UnsupportedIsLoud) {
+  const int D = built_head_dims()[0];
+  AttentionCase c = decode_case(D, 8, 2, 16, {40, 50});
+  PagedData d = testing::make_paged(c, next_seed());
+  testing::DevicePaged dp = testing::to_device(d);
+  auto arg_of = [&](const std::function<void(PagedAttentionParams&)>& f) -> std::string {
+    PagedAttentionParams p = dp.params;
+    f(p);
+    try {
+      paged_attention(p);
+    } catch (const Error& e) {
+      return e.argument();
+    }
+    return "(no error)";
+  };
+  // max_seqlen_q > 16 and ragged_attention now go to the prefill kernels (test_prefill.cc).
+  EXPECT_EQ(arg_of([](PagedAttentionParams& p) {
+              p.num_splits = 4;
+              p.workspace = TensorView();
+            }),
+            "workspace");
+  EXPECT_EQ(arg_of([](PagedAttentionParams& p) {
+              p.q.shape[2] = 48;  // a head dim no instance is built for
+              p.k_cache.shape[3] = 48;
+              p.v_cache.shape[3] = 48;
+              p.out.shape[2] = 48;
+            }),
+            "q");
+  EXPECT_EQ(arg_of([](PagedAttentionParams& p) {
+              p.q.dtype = p.out.dtype = DType::kF32;  // f32 is CPU-only
+              p.k_cache.dtype = p.v_cache.dtype = DType::kF32;
+            }),
+            "q");
+  EXPECT_EQ(arg_of([](PagedAttentionParams& p) {
+              p.k_cache.data = static_cast<char*>(p.k_cache.data) + 2;  // rows not 16-byte aligned
+            }),
+            "k_cache");
+}
+
+}  // namespace
+}  // namespace flashback
