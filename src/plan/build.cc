@@ -72,7 +72,12 @@ class Writer {
 void add_local(Writer& w, const RowInfo& r, int32_t b, int32_t chunk, int32_t slots) {
   int32_t added = 0;
   const int32_t first = r.kv_len - r.q_len;  // position of the first query
-  if (r.q_len > 0 && first < 0) {
+  if (r.q_len == 1 && r.kv_len > 0) {
+    // Decode fast path (one division): the query's chunk starts at the last multiple of C.
+    const int32_t cs = first - first % chunk;
+    w.add(r.row, r.enc + cs, r.kv_len - cs, 1, b);
+    added = 1;
+  } else if (r.q_len > 0 && first < 0) {
     // Decode over an empty sequence (a padded graph row): one query, no keys.
     w.add(r.row, r.enc, 0, r.q_len, b);
     added = 1;

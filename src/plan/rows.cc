@@ -32,6 +32,8 @@ BatchRows::BatchRows(const PlanConfig& cfg, const ForwardBatch& batch, int32_t p
                      int64_t max_context_len)
     : cfg_(cfg), batch_(batch), real_bs_(batch.batch_size), padded_bs_(padded_bs) {
   const ForwardMode mode = batch.forward_mode;
+  FLASHBACK_CHECK(mode <= ForwardMode::kMixed, "forward_mode", "a ForwardMode value",
+                  concat(static_cast<int>(mode)));
   FLASHBACK_CHECK(real_bs_ >= 0, "batch_size", ">= 0", concat(real_bs_));
   FLASHBACK_CHECK(padded_bs_ >= real_bs_, "batch_size",
                   concat("<= ", padded_bs_, " (the bound CUDA-graph batch size)"),
