@@ -114,6 +114,8 @@ class Torch(Framework):
         return x if self.dtype_name(x) == dtype else x.to(self.dtype(dtype))
 
     def last_contiguous(self, x):
+        if x.requires_grad:  # DLPack refuses tensors that require grad; no copy either way
+            x = x.detach()
         if x.dim() == 0 or x.shape[-1] <= 1 or x.stride(-1) == 1:
             return x
         return x.contiguous()

@@ -162,6 +162,23 @@ def test_torch_cpu_kv_store_in_place_and_fp8_q_upcast():
     assert torch.equal(out_fp8, out_bf16)
 
 
+def test_torch_cpu_fp8_q_with_q_descale_and_grad():
+    # FA3's fp8 q with q_descale [B, Hk]: flashback computes with bf16(q * descale) instead; a q
+    # that requires grad is accepted (inference only; no copy).
+    case, a = make_seed_case([2, 1], [7, 12], mla=False, seed=13)
+    q8 = torch.from_numpy(a["q"]).to(torch.float8_e4m3fn)
+    qd = torch.tensor([[0.5, 2.0], [1.5, 0.25]])  # [B, Hk]; heads 0-3 use kv head 0, 4-7 head 1
+    rows = torch.tensor([0, 0, 1])
+    scaled = q8.float() * qd[rows].repeat_interleave(4, dim=1)[:, :, None]
+    a["q"] = scaled.to(torch.bfloat16).float().numpy()
+    want = seed_style_call(a, case, "cpu", mla=False, lse=False)
+    got = seed_style_call(a, case, "cpu", mla=False, lse=False, extra={"q": q8, "q_descale": qd})
+    assert torch.equal(got, want)
+    q_grad = torch.from_numpy(a["q"]).to(torch.bfloat16).requires_grad_()
+    got = seed_style_call(a, case, "cpu", mla=False, lse=False, extra={"q": q_grad})
+    assert torch.equal(got, want)
+
+
 # ---------------------------------------------------------------------------------------------
 # CUDA.
 
@@ -382,3 +399,28 @@ def test_cuda_backend_decode_step(mla):
         assert_lse_close(lse[i : i + 1], ref_l)
         page, off = eng.slot(i, have[i])
         assert torch.equal(kc[page, off].cpu(), kb[i].cpu())
+
+
+@pytest.mark.cuda
+def test_cupy_arrays_on_cuda():
+    """CuPy arrays in, CuPy arrays out (through DLPack), on the CuPy current stream."""
+    cp = pytest.importorskip("cupy")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    case = PagedCase([1, 1, 1], [5, 16, 33], heads=8, heads_kv=2, head_dim=128, page_size=16,
+                     dtype="float16", seed=14)
+    a = case.build()
+    args = {n: cp.asarray(a[n]) for n in ("q", "k_cache", "v_cache", "page_table",
+                                          "cache_seqlens", "cu_seqlens_q")}
+    out, lse = call_or_skip(
+        flashback.flash_attn_with_kvcache, args["q"], args["k_cache"], args["v_cache"],
+        cache_seqlens=args["cache_seqlens"], page_table=args["page_table"],
+        cu_seqlens_q=args["cu_seqlens_q"], max_seqlen_q=1, causal=True, return_softmax_lse=True)
+    assert isinstance(out, cp.ndarray) and isinstance(lse, cp.ndarray)
+    cp.cuda.get_current_stream().synchronize()
+    ref_out, ref_lse = flashback.flash_attn_with_kvcache(
+        a["q"], a["k_cache"], a["v_cache"], cache_seqlens=a["cache_seqlens"],
+        page_table=a["page_table"], cu_seqlens_q=a["cu_seqlens_q"], max_seqlen_q=1, causal=True,
+        return_softmax_lse=True, reference=True)
+    assert_close(cp.asnumpy(out), ref_out.astype(np.float64), "float16")
+    assert_lse_close(cp.asnumpy(lse), ref_lse.astype(np.float64))
