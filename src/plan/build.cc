@@ -33,7 +33,6 @@ void carve_list(const ListShape& s, int32_t*& cursor, EntryList& l) {
   l.page_table_width = s.width;
   l.page_table = s.width > 0 ? take(cap * static_cast<size_t>(s.width)) : nullptr;
   l.size = 0;
-  l.cu_seqlens_q[0] = l.cu_seqlens_k[0] = 0;
 }
 
 // Appends entries to a list, keeping the running sums and maxima in locals: the int32 stores
@@ -151,6 +150,24 @@ Layout fresh_layout(const PlanConfig& cfg, const BatchRows& rows) {
   }
   if (!L.has_local) L.local = {};
   if (!L.has_cross) L.cross = {};
+  return L;
+}
+
+Layout graph_layout(const PlanConfig& cfg, int32_t max_bs, int32_t max_context_len) {
+  const int32_t P = cfg.page_size, C = cfg.attention_chunk_size;
+  const int32_t pages = ceil_div(max_context_len, P);
+  Layout L;
+  L.has_local = C > 0;
+  L.has_cross = true;  // decided per bind (encoder lengths or not); reserved either way
+  L.self = L.cross = {max_bs, cfg.materialize_page_table ? pages : 0};
+  if (L.has_local) {
+    // Worst case: a verify request straddling chunk boundaries (two entries when N <= C).
+    const int32_t per_request =
+        std::max(local_entries_per_request(ForwardMode::kDecode, 0, C),
+                 local_entries_per_request(ForwardMode::kTargetVerify, cfg.max_draft_tokens, C));
+    L.local = {max_bs * per_request,
+               cfg.materialize_page_table ? std::min(pages, ceil_div(C, P)) : 0};
+  }
   return L;
 }
 

@@ -24,9 +24,12 @@ struct Layout {
 
 /// The smallest layout holding `rows`' metadata.
 Layout fresh_layout(const PlanConfig& cfg, const BatchRows& rows);
+/// The worst-case layout of a CUDA-graph state (CudaGraphPlanState; the GPU plan mirrors it).
+Layout graph_layout(const PlanConfig& cfg, int32_t max_bs, int32_t max_context_len);
 /// int32 elements `layout` takes in an arena.
 size_t arena_elements(const Layout& layout);
-/// Points m's lists at consecutive, 64-byte aligned pieces of `arena`.
+/// Points m's lists at consecutive, 64-byte aligned pieces of `arena`. Reads and writes no
+/// element, so `arena` may be device memory (set the lists' `device` afterwards).
 void carve(const Layout& layout, int32_t* arena, ForwardMetadata& m);
 /// Writes the metadata of `rows` into m's buffers (which must be large enough); sets sizes and
 /// maxima, never pointers.

@@ -60,8 +60,8 @@ LayerPlan plan_for_layer(const ForwardMetadata& m, const Layer& layer) {
     lp.entries = &m.self;
   }
   lp.causal = true;
-  FLASHBACK_CHECK(layer.sliding_window_size >= -1, "layer.sliding_window_size",
-                  ">= -1 (-1 = off)", std::to_string(layer.sliding_window_size));
+  FLASHBACK_CHECK(layer.sliding_window_size >= -1, "layer.sliding_window_size", ">= -1 (-1 = off)",
+                  std::to_string(layer.sliding_window_size));
   if (layer.sliding_window_size > -1) {
     lp.window_left = layer.sliding_window_size;
     lp.window_right = 0;

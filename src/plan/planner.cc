@@ -43,20 +43,7 @@ CudaGraphPlanState::CudaGraphPlanState(PlanConfig cfg, int32_t max_bs, int32_t m
   validate_config(cfg_);
   FLASHBACK_CHECK(max_bs >= 0, "max_bs", ">= 0", concat(max_bs));
   FLASHBACK_CHECK(max_context_len >= 1, "max_context_len", ">= 1", concat(max_context_len));
-  const int32_t P = cfg_.page_size, C = cfg_.attention_chunk_size;
-  const int32_t pages = (max_context_len + P - 1) / P;
-  Layout L;
-  L.has_local = C > 0;
-  L.has_cross = true;  // decided per bind (encoder lengths or not); reserve either way
-  L.self = L.cross = {max_bs, cfg_.materialize_page_table ? pages : 0};
-  if (L.has_local) {
-    // Worst case: a verify request straddling chunk boundaries (two entries when N <= C).
-    const int32_t per_request =
-        std::max(local_entries_per_request(ForwardMode::kDecode, 0, C),
-                 local_entries_per_request(ForwardMode::kTargetVerify, cfg_.max_draft_tokens, C));
-    L.local = {max_bs * per_request,
-               cfg_.materialize_page_table ? std::min(pages, (C + P - 1) / P) : 0};
-  }
+  const Layout L = graph_layout(cfg_, max_bs, max_context_len);
   arena_.assign(arena_elements(L), 0);
   carve(L, arena_.data(), buffers_);
 }
