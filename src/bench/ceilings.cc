@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "bench/inputs.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define FLASHBACK_BENCH_X86 1
@@ -42,6 +44,7 @@ double measure_read_TBps(int threads, int64_t llc) {
       static_cast<uint64_t*>(std::aligned_alloc(64, static_cast<size_t>(bytes))), &std::free);
   if (!buf) return 0;
   uint64_t* a = buf.get();
+  advise_huge_pages(a, bytes);
   // First touch by the threads that read, so pages sit near them on NUMA machines.
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t i = 0; i < n; ++i) a[i] = static_cast<uint64_t>(i);

@@ -1,6 +1,9 @@
 #include "bench/inputs.h"
 
+#include <sys/mman.h>
+
 #include <cmath>
+#include <cstdint>
 
 #include "flashback/numeric.h"
 
@@ -54,6 +57,7 @@ RaggedData make_ragged(const Workload& w, uint64_t seed) {
   d.q = Tensor(w.dtype, {total_q, Hq, D});
   d.k = Tensor(w.kv_dtype, {total_k, Hk, D});
   d.v = Tensor(w.kv_dtype, {total_k, Hk, Dv});
+  for (Tensor* t : {&d.q, &d.k, &d.v}) advise_huge_pages(t->data(), t->nbytes());
   fill_random(d.q, seed * 3 + 1, 1.0);
   fill_random(d.k, seed * 3 + 2, 1.0);
   fill_random(d.v, seed * 3 + 3, 1.0);
@@ -77,6 +81,14 @@ RaggedData make_ragged(const Workload& w, uint64_t seed) {
 }
 
 }  // namespace
+
+void advise_huge_pages(void* p, int64_t bytes) {
+  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+  const uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1);
+  const uintptr_t hi =
+      (reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(bytes)) & ~(kHuge - 1);
+  if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);  // advice only
+}
 
 void fill_random(Tensor& t, uint64_t seed, double stddev) {
   const int64_t n = t.numel();
@@ -158,6 +170,9 @@ Inputs make_inputs(const Workload& w, uint64_t seed) {
   }
   const testing::AttentionCase c = to_case(w);
   in.paged = testing::make_paged(c, seed);
+  // make_paged left q and the caches untouched (fill_values = false): advise before filling.
+  for (Tensor* t : {&in.paged.q, &in.paged.k_cache, &in.paged.v_cache})
+    if (t->data() != nullptr) advise_huge_pages(t->data(), t->nbytes());
   fill_random(in.paged.q, seed * 3 + 1, 1.0);
   fill_cache(in.paged.k_cache, w.kv_dtype, seed * 3 + 2);
   if (!w.mla) fill_cache(in.paged.v_cache, w.kv_dtype, seed * 3 + 3);

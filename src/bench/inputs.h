@@ -32,6 +32,11 @@ struct Inputs {
 
 Inputs make_inputs(const Workload& w, uint64_t seed);
 
+/// Asks for transparent huge pages on the whole 2 MiB pages of [p, p + bytes), before first touch:
+/// engines allocate KV pools that way, and with 4 KiB pages a head-strided K/V walk pays a TLB miss
+/// per row. The ceilings' read buffer gets the same advice so both are measured alike.
+void advise_huge_pages(void* p, int64_t bytes);
+
 /// Fills a float tensor with values of mean 0 and the given standard deviation (sum of four
 /// uniforms: close enough to normal for timing), in parallel, deterministic for a seed.
 void fill_random(Tensor& t, uint64_t seed, double stddev);

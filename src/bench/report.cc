@@ -34,7 +34,7 @@ void print_table(std::ostream& os, const RunInfo& info, const Ceilings& c,
   char line[512];
   os << "# flashback bench  device " << info.device_kind << ": " << c.device << "  commit "
      << info.commit << "  " << info.date << (info.deterministic ? "  deterministic" : "") << "\n";
-  std::snprintf(line, sizeof line, "# ceilings: read %.3f TB/s (%s); peak %.2f TFLOP/s (%s)\n",
+  std::snprintf(line, sizeof line, "# ceilings: read %.4g TB/s (%s); peak %.4g TFLOP/s (%s)\n",
                 c.read_TBps, c.read_method.c_str(), c.peak_TFLOPs, c.peak_method.c_str());
   os << line;
   std::snprintf(line, sizeof line, "%-26s %10s %8s %9s %8s %7s %5s %4s\n", "workload", "ms", "TB/s",
@@ -48,7 +48,8 @@ void print_table(std::ostream& os, const RunInfo& info, const Ceilings& c,
          << " unsupported: " << r.error << "\n";
       continue;
     }
-    std::snprintf(line, sizeof line, "%-26s %10.4f %8.4f %9.4f %8s %6.1f%% %5d %4d\n",
+    // %g keeps CPU figures (GB/s-sized TB/s) and GPU figures readable in one format.
+    std::snprintf(line, sizeof line, "%-26s %10.4g %8.4g %9.4g %8s %6.1f%% %5d %4d\n",
                   r.workload.c_str(), r.timing.median_ms, r.TBps, r.TFLOPs, r.bound.c_str(), r.pct,
                   r.timing.runs, r.timing.copies);
     os << line;
