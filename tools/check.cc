@@ -1,9 +1,13 @@
-// `flashback check`: a randomized self-check. Each suite draws random batches (ragged lengths,
-// GQA, windows, softcap, FP8, MLA, both page-table forms), runs them two ways that must agree,
-// and reports cases, max error and pass/fail per suite, ending with `N passed, M failed`.
+// `flashback check`: the serving trace (src/backend/trace: a small engine driving the backend
+// through every forward mode and layer kind, each output checked against the oracle) for
+// P = 1 and 16 — or the --page-size given — followed by randomized kernel suites (ragged lengths,
+// GQA, windows, softcap, FP8, MLA, both page-table forms) that run each case two ways that must
+// agree. Prints, per mode and layer kind (and per suite), tokens/cases, max error and pass/fail,
+// ending with `N passed, M failed`; exits non-zero on any failure.
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/trace/trace.h"
 #include "commands.h"
 #include "flashback/ops.h"
 #include "testing/case.h"
@@ -27,8 +32,8 @@ using testing::PagedData;
 struct Options {
   std::string device = "cpu";
   uint64_t seed = 1;
-  int steps = 200;
-  int page_size = 0;  // 0 = random per case
+  int steps = 700;    // trace: engine steps per model; suites: steps / 4 cases each
+  int page_size = 0;  // trace: 0 = both 1 and 16; suites: 0 = random per case
 };
 
 const Exec kRef{nullptr, 1, Exec::CpuImpl::kReference};
@@ -152,19 +157,54 @@ Comparison merge_halves(std::mt19937_64& rng, const Options&) {
   return testing::compare(oa, ow, la, lw);
 }
 
-void progress(const char* name, int done, int total) {
+void progress(const char* name, int64_t done, int64_t total) {
   if (!isatty(fileno(stderr))) return;
-  const int width = 30, filled = total ? done * width / total : width;
-  std::fprintf(stderr, "\r%-24s [%.*s%*s] %d/%d", name, filled, "##############################",
-               width - filled, "", done, total);
+  const int width = 30, filled = total ? static_cast<int>(done * width / total) : width;
+  std::fprintf(stderr, "\r%-24s [%.*s%*s] %lld/%lld", name, filled,
+               "##############################", width - filled, "", static_cast<long long>(done),
+               static_cast<long long>(total));
   if (done == total) std::fprintf(stderr, "\r%*s\r", 80, "");
   std::fflush(stderr);
+}
+
+// The serving trace at page size P: one line per (model, mode, layer kind), each a pass or fail,
+// plus a failing line for anything the trace should have exercised and did not.
+void run_trace_section(const Options& o, int P, int& passed, int& failed) {
+  trace::TraceOptions t;
+  t.page_size = P;
+  t.seed = o.seed;
+  t.steps = o.steps;
+  const std::string bar = "trace P=" + std::to_string(P);
+  const auto t0 = std::chrono::steady_clock::now();
+  const trace::TraceReport rep =
+      trace::run_trace(t, [&](int64_t d, int64_t n) { progress(bar.c_str(), d, n); });
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("\nserving trace, page size %d: %lld forward passes in %.1f s\n", P,
+              static_cast<long long>(rep.forward_passes), secs);
+  std::printf("%-7s %-22s %-19s %6s %7s %10s %10s %9s  %s\n", "model", "mode", "layer kind",
+              "calls", "tokens", "max |err|", "max rel", "max lse", "result");
+  for (const trace::KindStats& s : rep.rows) {
+    std::printf(
+        "%-7s %-22s %-19s %6lld %7lld %10.3g %10.3g %9.3g  %s%s\n", s.model.c_str(), s.mode.c_str(),
+        s.kind.c_str(), static_cast<long long>(s.calls), static_cast<long long>(s.tokens),
+        s.max_abs, s.max_rel, s.max_lse, s.failures ? "FAIL" : "pass",
+        s.failures ? (" (" + std::to_string(s.failures) + "x: " + s.first_failure + ")").c_str()
+                   : "");
+    (s.failures ? failed : passed) += 1;
+  }
+  for (const std::string& m : rep.missing()) {
+    std::printf("%-50s FAIL (%s)\n", "coverage", m.c_str());
+    ++failed;
+  }
 }
 
 int usage(int code) {
   std::printf(
       "usage: flashback check [--device cpu|cuda] [--seed N] [--steps N] [--page-size P]\n"
-      "Runs randomized self-checks and prints, per suite, cases run, max error and pass/fail;\n"
+      "Runs the serving trace (every forward mode and layer kind through the backend, each\n"
+      "output checked against the fp64 oracle) for page sizes 1 and 16 (or --page-size P), with\n"
+      "--steps engine steps per model (default 700), then randomized kernel suites of\n"
+      "steps / 4 cases each. Prints, per mode and layer kind, tokens, max error and pass/fail;\n"
       "the last line is `N passed, M failed`; the exit code is non-zero on any failure.\n");
   return code;
 }
@@ -194,32 +234,39 @@ int run_check(int argc, char** argv) {
   FLASHBACK_CHECK(o.device == "cpu", "--device",
                   "cpu (the CUDA self-check runs through the gpu test suite for now)", o.device);
   FLASHBACK_CHECK(o.steps > 0, "--steps", "a positive count", std::to_string(o.steps));
-  FLASHBACK_CHECK(o.page_size >= 0, "--page-size", ">= 0 (0 = random)",
+  FLASHBACK_CHECK(o.page_size >= 0, "--page-size",
+                  ">= 0 (0 = both 1 and 16 in the trace, random in the suites)",
                   std::to_string(o.page_size));
+
+  std::printf("flashback check  device=%s seed=%llu steps=%d page-size=%s\n", o.device.c_str(),
+              static_cast<unsigned long long>(o.seed), o.steps,
+              o.page_size ? std::to_string(o.page_size).c_str() : "1,16");
+  int passed = 0, failed = 0;
+  const std::vector<int> page_sizes =
+      o.page_size > 0 ? std::vector<int>{o.page_size} : std::vector<int>{1, 16};
+  for (int P : page_sizes) run_trace_section(o, P, passed, failed);
 
   const std::vector<std::pair<const char*, Suite>> suites = {
       {"paged: fast vs oracle", fast_vs_oracle},
       {"paged: page-size forms", page_size_invariance},
       {"merge: halves = whole", merge_halves},
   };
-  std::printf("flashback check  device=%s seed=%llu steps=%d page-size=%s\n", o.device.c_str(),
-              static_cast<unsigned long long>(o.seed), o.steps,
-              o.page_size ? std::to_string(o.page_size).c_str() : "random");
+  const int cases = std::max(1, o.steps / 4);
+  std::printf("\nkernel suites (%s)\n", o.page_size ? "given page size" : "random page sizes");
   std::printf("%-26s %7s %12s %12s  %s\n", "suite", "cases", "max |err|", "max rel", "result");
-  int passed = 0, failed = 0;
   std::mt19937_64 rng(o.seed);
   for (const auto& [name, suite] : suites) {
     double max_abs = 0, max_rel = 0;
     int bad = 0;
     std::string first_why;
-    for (int s = 0; s < o.steps; ++s) {
+    for (int s = 0; s < cases; ++s) {
       const Comparison c = suite(rng, o);
       max_abs = std::max(max_abs, c.max_abs);
       max_rel = std::max(max_rel, c.rel_l2);
       if (!c.ok && bad++ == 0) first_why = c.why;
-      progress(name, s + 1, o.steps);
+      progress(name, s + 1, cases);
     }
-    std::printf("%-26s %7d %12.3g %12.3g  %s%s\n", name, o.steps, max_abs, max_rel,
+    std::printf("%-26s %7d %12.3g %12.3g  %s%s\n", name, cases, max_abs, max_rel,
                 bad ? "FAIL" : "pass",
                 bad ? (" (" + std::to_string(bad) + "x: " + first_why + ")").c_str() : "");
     (bad ? failed : passed) += 1;

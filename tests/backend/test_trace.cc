@@ -1,0 +1,68 @@
+// The serving trace (src/backend/trace) as a test: a short run per page size must check every
+// mode and layer kind against the oracle with no mismatch, and a run whose cache is damaged
+// behind the backend's back must fail (so the trace's checks can fail at all).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "backend/trace/trace.h"
+#include "flashback/error.h"
+
+namespace flashback::trace {
+namespace {
+
+std::string describe(const TraceReport& rep) {
+  std::string s;
+  for (const KindStats& k : rep.rows)
+    if (k.failures)
+      s += k.model + " " + k.mode + " " + k.kind + ": " + std::to_string(k.failures) + "x, " +
+           k.first_failure + "\n";
+  for (const std::string& m : rep.missing()) s += m + "\n";
+  return s;
+}
+
+class TraceTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(TraceTest, EveryModeAndLayerKindMatchesTheOracle) {
+  TraceOptions o;
+  o.page_size = GetParam();
+  o.seed = 7;
+  o.steps = 100;
+  const TraceReport rep = run_trace(o);
+  EXPECT_EQ(rep.failures(), 0) << describe(rep);
+  EXPECT_TRUE(rep.missing().empty()) << describe(rep);
+  EXPECT_GE(rep.forward_passes, 2 * o.steps);  // two models, at least one pass per step
+  int64_t tokens = 0;
+  for (const KindStats& k : rep.rows) tokens += k.tokens;
+  EXPECT_GT(tokens, 1000);
+}
+
+INSTANTIATE_TEST_SUITE_P(PageSizes, TraceTest, ::testing::Values(1, 16),
+                         [](const auto& info) { return "P" + std::to_string(info.param); });
+
+TEST(TraceTest, DamagedCacheIsCaught) {
+  for (int P : {1, 16}) {
+    TraceOptions o;
+    o.page_size = P;
+    o.seed = 11;
+    o.steps = 30;
+    o.corrupt_at_step = 15;
+    const TraceReport rep = run_trace(o);
+    EXPECT_GT(rep.failures(), 0) << "P=" << P;
+    // Only the damaged layer (layer 0: full / mla) may disagree.
+    for (const KindStats& k : rep.rows)
+      if (k.failures) EXPECT_TRUE(k.kind == "full" || k.kind == "mla") << k.kind;
+  }
+}
+
+TEST(TraceTest, BadOptionsAreErrors) {
+  TraceOptions o;
+  o.page_size = 0;
+  EXPECT_THROW(run_trace(o), Error);
+  o.page_size = 1;
+  o.steps = -1;
+  EXPECT_THROW(run_trace(o), Error);
+}
+
+}  // namespace
+}  // namespace flashback::trace
