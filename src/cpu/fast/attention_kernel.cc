@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "cpu/fast/attention.h"
@@ -53,11 +54,23 @@ void convert_row(const void* src, DType dt, int64_t n, int64_t padded, float* ds
   for (; i < padded; ++i) dst[i] = 0.0f;
 }
 
-// S[i][j] = q_i · k_j for R rows × K keys; one accumulator chain per element, summed over the
-// vectors of the row in order and then across lanes, whichever R and K are used.
-template <int R, int K>
-HWY_INLINE void dot_block(const float* q, int64_t qs, const float* k, int64_t ks, int64_t len,
-                          float* s, int64_t ss) {
+// fp32 vector from N elements of a row stored as float, bf16 or fp16 (exact widening).
+template <class T>
+HWY_INLINE hn::Vec<DF> load_f32v(const T* p) {
+  const DF df;
+  if constexpr (std::is_same_v<T, float>) {
+    return hn::LoadU(df, p);
+  } else {
+    return hn::PromoteTo(df, hn::LoadU(hn::Rebind<T, DF>(), p));
+  }
+}
+
+// S[i][j] = q_i · k_j for R rows × K keys (key j's row at k[j]); one accumulator chain per
+// element, summed over the vectors of the row in order and then across lanes, whichever R, K
+// and key storage are used, so every path gives the same bits.
+template <int R, int K, class T>
+HWY_INLINE void dot_block(const float* q, int64_t qs, const void* const* k, int64_t len, float* s,
+                          int64_t ss) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   using V = hn::Vec<DF>;
@@ -66,7 +79,7 @@ HWY_INLINE void dot_block(const float* q, int64_t qs, const float* k, int64_t ks
     for (int j = 0; j < K; ++j) acc[i][j] = hn::Zero(df);
   for (int64_t x = 0; x < len; x += N) {
     V kv[K];
-    for (int j = 0; j < K; ++j) kv[j] = hn::LoadU(df, k + j * ks + x);
+    for (int j = 0; j < K; ++j) kv[j] = load_f32v(static_cast<const T*>(k[j]) + x);
     for (int i = 0; i < R; ++i) {
       const V qv = hn::LoadU(df, q + i * qs + x);
       for (int j = 0; j < K; ++j) acc[i][j] = hn::MulAdd(qv, kv[j], acc[i][j]);
@@ -76,31 +89,32 @@ HWY_INLINE void dot_block(const float* q, int64_t qs, const float* k, int64_t ks
     for (int j = 0; j < K; ++j) s[i * ss + j] = hn::GetLane(hn::SumOfLanes(df, acc[i][j]));
 }
 
-// Scores of `rows` rows against keys [j0, j1) of the tile.
-void scores(const float* q, int64_t qs, int64_t rows, const float* k, int64_t ks, int64_t len,
-            int64_t j0, int64_t j1, float* s) {
+// Scores of `rows` rows against tile keys [j0, j1) (key j's row at k[j]).
+template <class T>
+void scores(const float* q, int64_t qs, int64_t rows, const void* const* k, int64_t len, int64_t j0,
+            int64_t j1, float* s) {
   int64_t r = 0;
   for (; r + 4 <= rows; r += 4) {
     int64_t j = j0;
     for (; j + 2 <= j1; j += 2)
-      dot_block<4, 2>(q + r * qs, qs, k + j * ks, ks, len, s + r * kTileKeys + j, kTileKeys);
+      dot_block<4, 2, T>(q + r * qs, qs, k + j, len, s + r * kTileKeys + j, kTileKeys);
     for (; j < j1; ++j)
-      dot_block<4, 1>(q + r * qs, qs, k + j * ks, ks, len, s + r * kTileKeys + j, kTileKeys);
+      dot_block<4, 1, T>(q + r * qs, qs, k + j, len, s + r * kTileKeys + j, kTileKeys);
   }
   for (; r < rows; ++r) {  // a single row (MHA decode): more keys per pass keep FMAs busy
     int64_t j = j0;
     for (; j + 8 <= j1; j += 8)
-      dot_block<1, 8>(q + r * qs, qs, k + j * ks, ks, len, s + r * kTileKeys + j, kTileKeys);
+      dot_block<1, 8, T>(q + r * qs, qs, k + j, len, s + r * kTileKeys + j, kTileKeys);
     for (; j < j1; ++j)
-      dot_block<1, 1>(q + r * qs, qs, k + j * ks, ks, len, s + r * kTileKeys + j, kTileKeys);
+      dot_block<1, 1, T>(q + r * qs, qs, k + j, len, s + r * kTileKeys + j, kTileKeys);
   }
 }
 
 // O[i] += Σ_j p[i][j] · v_j over keys [j0, j1) for R rows, W vectors of O at a time; each
-// element sees the same MulAdd sequence whichever R and W are used.
-template <int R, int W>
-HWY_INLINE void pv_block(const float* p, const float* v, int64_t vs, int64_t j0, int64_t j1,
-                         float* o, int64_t os, int64_t x) {
+// element sees the same MulAdd sequence whichever R, W and value storage are used.
+template <int R, int W, class T>
+HWY_INLINE void pv_block(const float* p, const void* const* v, int64_t j0, int64_t j1, float* o,
+                         int64_t os, int64_t x) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   using V = hn::Vec<DF>;
@@ -109,7 +123,7 @@ HWY_INLINE void pv_block(const float* p, const float* v, int64_t vs, int64_t j0,
     for (int w = 0; w < W; ++w) acc[i][w] = hn::LoadU(df, o + i * os + x + w * N);
   for (int64_t j = j0; j < j1; ++j) {
     V vv[W];
-    for (int w = 0; w < W; ++w) vv[w] = hn::LoadU(df, v + j * vs + x + w * N);
+    for (int w = 0; w < W; ++w) vv[w] = load_f32v(static_cast<const T*>(v[j]) + x + w * N);
     for (int i = 0; i < R; ++i) {
       const V pb = hn::Set(df, p[i * kTileKeys + j]);
       for (int w = 0; w < W; ++w) acc[i][w] = hn::MulAdd(pb, vv[w], acc[i][w]);
@@ -119,7 +133,8 @@ HWY_INLINE void pv_block(const float* p, const float* v, int64_t vs, int64_t j0,
     for (int w = 0; w < W; ++w) hn::StoreU(acc[i][w], df, o + i * os + x + w * N);
 }
 
-void accumulate(const float* p, int64_t rows, const float* v, int64_t vs, int64_t j0, int64_t j1,
+template <class T>
+void accumulate(const float* p, int64_t rows, const void* const* v, int64_t j0, int64_t j1,
                 float* o, int64_t os, int64_t len) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
@@ -127,14 +142,14 @@ void accumulate(const float* p, int64_t rows, const float* v, int64_t vs, int64_
   for (; r + 4 <= rows; r += 4) {
     int64_t x = 0;
     for (; x + 2 * N <= len; x += 2 * N)
-      pv_block<4, 2>(p + r * kTileKeys, v, vs, j0, j1, o + r * os, os, x);
-    for (; x < len; x += N) pv_block<4, 1>(p + r * kTileKeys, v, vs, j0, j1, o + r * os, os, x);
+      pv_block<4, 2, T>(p + r * kTileKeys, v, j0, j1, o + r * os, os, x);
+    for (; x < len; x += N) pv_block<4, 1, T>(p + r * kTileKeys, v, j0, j1, o + r * os, os, x);
   }
   for (; r < rows; ++r) {
     int64_t x = 0;
     for (; x + 4 * N <= len; x += 4 * N)
-      pv_block<1, 4>(p + r * kTileKeys, v, vs, j0, j1, o + r * os, os, x);
-    for (; x < len; x += N) pv_block<1, 1>(p + r * kTileKeys, v, vs, j0, j1, o + r * os, os, x);
+      pv_block<1, 4, T>(p + r * kTileKeys, v, j0, j1, o + r * os, os, x);
+    for (; x < len; x += N) pv_block<1, 1, T>(p + r * kTileKeys, v, j0, j1, o + r * os, os, x);
   }
 }
 
@@ -221,6 +236,7 @@ void prefetch_row(const char* p, int64_t bytes) {
 struct Scratch {
   std::vector<float> q, k, v, s, part;
   std::vector<int64_t> k_off, v_off;
+  std::vector<const void*> kp, vp;  // row of tile key j of KV head gi at [gi · kTileKeys + j]
 };
 
 Scratch& scratch() {
@@ -297,6 +313,16 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
   // slot are adjacent in a [.., Hk, D] cache, so they are read (and prefetched) as one run.
   const int64_t k_run = ((t.ng - 1) * a.k_head + a.head_dim) * esz;
   const int64_t v_run = ((t.ng - 1) * a.v_head + a.head_dim_v) * esz;
+  // Reading K/V in place (no fp32 copy) pays when few rows share each key: the copy would be
+  // read back only a few times. Needs whole vectors per row (no reads past a row's end).
+  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+  const bool direct =
+      !mla && !is_fp8(a.kv_dtype) && head_rows <= 8 && a.head_dim % N == 0 && a.head_dim_v % N == 0;
+  const int64_t qk_len = direct ? a.head_dim : qs, pv_len = direct ? a.head_dim_v : dvp;
+  sc.kp.resize(static_cast<size_t>(t.ng * kTileKeys));
+  sc.vp.resize(static_cast<size_t>(t.ng * kTileKeys));
+  const void** kp = sc.kp.data();
+  const void** vp = sc.vp.data();
   float* part = sc.part.data();
   for (int64_t sp = s_lo; sp < s_hi; ++sp) {
     const int64_t k_lo = std::max(u_lo, sp * kSplitKeys);
@@ -336,35 +362,59 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
           prefetch_row(vbase + vo_next[i] * esz, v_run);
         }
       }
-      for (int64_t j = j0; j < j1; ++j)
-        for (int64_t gi = 0; gi < t.ng; ++gi) {
-          const int64_t jb = gi * kTileKeys + j;
-          convert_row(kbase + (ko[j - j0] + gi * a.k_head) * esz, a.kv_dtype, a.head_dim, dp,
-                      sc.k.data() + jb * ks);
-          convert_row(vbase + (vo[j - j0] + gi * a.v_head) * esz, a.kv_dtype, a.head_dim_v, dvp,
-                      vbuf + jb * vs);
-        }
+      if (direct) {
+        // Few rows per KV head (decode): read K/V rows in place, widening as they load.
+        for (int64_t j = j0; j < j1; ++j)
+          for (int64_t gi = 0; gi < t.ng; ++gi) {
+            kp[gi * kTileKeys + j] = kbase + (ko[j - j0] + gi * a.k_head) * esz;
+            vp[gi * kTileKeys + j] = vbase + (vo[j - j0] + gi * a.v_head) * esz;
+          }
+      } else {
+        // Many rows (prefill) or fp8/MLA/odd dims: convert each K/V row to fp32 once.
+        for (int64_t j = j0; j < j1; ++j)
+          for (int64_t gi = 0; gi < t.ng; ++gi) {
+            const int64_t jb = gi * kTileKeys + j;
+            convert_row(kbase + (ko[j - j0] + gi * a.k_head) * esz, a.kv_dtype, a.head_dim, dp,
+                        sc.k.data() + jb * ks);
+            convert_row(vbase + (vo[j - j0] + gi * a.v_head) * esz, a.kv_dtype, a.head_dim_v, dvp,
+                        vbuf + jb * vs);
+            kp[jb] = sc.k.data() + jb * ks;
+            vp[jb] = vbuf + jb * vs;
+          }
+      }
       std::swap(ko, ko_next);
       std::swap(vo, vo_next);
       for (int64_t gi = 0; gi < t.ng; ++gi) {
         const int64_t r0 = gi * head_rows;
-        scores(sc.q.data() + r0 * qs, qs, head_rows, sc.k.data() + gi * kTileKeys * ks, ks, qs, j0,
-               j1, sc.s.data() + r0 * kTileKeys);
-        for (int64_t ti = 0; ti < t.nt; ++ti) {
-          const int64_t ra = std::max(lo[ti], ts + j0) - ts;
-          const int64_t re = std::min(hi[ti], ts + j1 - 1) - ts;
-          for (int64_t hi2 = 0; hi2 < t.nh; ++hi2) {
-            const int64_t r = r0 + ti * t.nh + hi2;
-            float* srow = sc.s.data() + r * kTileKeys;
-            if (ra > re) {  // nothing visible here: weights 0, state untouched
-              std::fill(srow, srow + kTileKeys, 0.0f);
-              continue;
+        const void* const* kg = kp + gi * kTileKeys;
+        const void* const* vg = vp + gi * kTileKeys;
+        float* s0 = sc.s.data() + r0 * kTileKeys;
+        float* o0 = po + r0 * dvp;
+        auto run = [&](auto tag) {
+          using T = decltype(tag);
+          scores<T>(sc.q.data() + r0 * qs, qs, head_rows, kg, qk_len, j0, j1, s0);
+          for (int64_t ti = 0; ti < t.nt; ++ti) {
+            const int64_t ra = std::max(lo[ti], ts + j0) - ts;
+            const int64_t re = std::min(hi[ti], ts + j1 - 1) - ts;
+            for (int64_t hi2 = 0; hi2 < t.nh; ++hi2) {
+              const int64_t r = r0 + ti * t.nh + hi2;
+              float* srow = sc.s.data() + r * kTileKeys;
+              if (ra > re) {  // nothing visible here: weights 0, state untouched
+                std::fill(srow, srow + kTileKeys, 0.0f);
+                continue;
+              }
+              softmax_row(srow, ra, re, a.softcap, pm[r], pl[r], po + r * dvp, dvp);
             }
-            softmax_row(srow, ra, re, a.softcap, pm[r], pl[r], po + r * dvp, dvp);
           }
+          accumulate<T>(s0, head_rows, vg, j0, j1, o0, dvp, pv_len);
+        };
+        if (!direct || a.kv_dtype == DType::kF32) {
+          run(float{});
+        } else if (a.kv_dtype == DType::kBF16) {
+          run(hwy::bfloat16_t{});
+        } else {
+          run(hwy::float16_t{});
         }
-        accumulate(sc.s.data() + r0 * kTileKeys, head_rows, vbuf + gi * kTileKeys * vs, vs, j0, j1,
-                   po + r0 * dvp, dvp, dvp);
       }
     }
     merge_state_rows(state, part, rows, dvp);
