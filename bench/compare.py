@@ -8,7 +8,13 @@ TB/s, TFLOP/s and fraction of the device's measured ceiling, each peer's time an
 peer_ms / flashback_ms (> 1: flashback is faster), and a PNG chart of the roofline fraction of
 every implementation per workload.
 
-Usage: python3 bench/compare.py FLASHBACK.json PEERS.json [--name h200] [--outdir docs/bench]
+Usage:
+  python3 bench/compare.py FLASHBACK.json PEERS.json [--name h200] [--outdir docs/bench]
+  python3 bench/compare.py run --bin build/cuda/tools/flashback --peers-py ../shared/bench/peers.py
+                           [--only NAMES] [--outdir DIR]
+The `run` form runs `flashback bench --device cuda` and peers.py back to back on the same GPU (one
+run), keeps both JSON files in DIR and merges them; without matplotlib (the GPU machine has none)
+it writes the table only: re-run the first form where matplotlib is installed for the chart.
 """
 import argparse
 import json
@@ -133,7 +139,39 @@ def chart(path, title, fb, order, fb_rows, peer_rows, names):
     plt.close(fig)
 
 
+def run_both(argv):
+    import subprocess
+
+    ap = argparse.ArgumentParser(prog="compare.py run")
+    ap.add_argument("--bin", required=True, help="the flashback executable (a CUDA build)")
+    ap.add_argument("--peers-py", required=True, help="shared/bench/peers.py")
+    ap.add_argument("--only", default="", help="comma-separated workload names")
+    ap.add_argument("--outdir", default="bench-out")
+    ap.add_argument("--name", default="cuda")
+    a = ap.parse_args(argv)
+    os.makedirs(a.outdir, exist_ok=True)
+    fb_json = os.path.join(a.outdir, "flashback.json")
+    peers_json = os.path.join(a.outdir, "peers.json")
+    only = ["--only", a.only] if a.only else []
+    # flashback exits 1 when some workloads cannot run in this build; they are listed in its JSON.
+    rc = subprocess.call([a.bin, "bench", "--device", "cuda", "--json", fb_json] + only)
+    if rc not in (0, 1) or not os.path.exists(fb_json):
+        sys.exit(f"flashback bench failed (exit {rc})")
+    subprocess.check_call([sys.executable, a.peers_py, "--json", peers_json] + only)
+    try:
+        import matplotlib  # noqa: F401
+
+        chart_args = []
+    except ImportError:
+        print("matplotlib not installed here: table only", file=sys.stderr)
+        chart_args = ["--no-chart"]
+    main([fb_json, peers_json, "--name", a.name, "--outdir", a.outdir] + chart_args)
+
+
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["run"]:
+        return run_both(argv[1:])
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("flashback", help="JSON from `flashback bench --json`")
     ap.add_argument("peers", help="JSON from shared/bench/peers.py --json")

@@ -1,5 +1,7 @@
 #include "bench/report.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -29,6 +31,19 @@ Row make_row(const std::string& name, const Cost& cost, const Timing& t, const C
   return r;
 }
 
+namespace {
+
+// Four significant digits in fixed notation: CPU TB/s are ~1e-4, GPU ms ~1e-2, prefill ms ~1e3.
+std::string sig4(double v) {
+  if (!(v > 0) || !std::isfinite(v)) return v == 0 ? "0" : "-";
+  const int decimals = std::clamp(3 - static_cast<int>(std::floor(std::log10(v))), 0, 9);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
+}  // namespace
+
 void print_table(std::ostream& os, const RunInfo& info, const Ceilings& c,
                  const std::vector<Row>& rows) {
   char line[512];
@@ -37,8 +52,8 @@ void print_table(std::ostream& os, const RunInfo& info, const Ceilings& c,
   std::snprintf(line, sizeof line, "# ceilings: read %.4g TB/s (%s); peak %.4g TFLOP/s (%s)\n",
                 c.read_TBps, c.read_method.c_str(), c.peak_TFLOPs, c.peak_method.c_str());
   os << line;
-  std::snprintf(line, sizeof line, "%-26s %10s %8s %9s %8s %7s %5s %4s\n", "workload", "ms", "TB/s",
-                "TFLOP/s", "bound", "%ceil", "runs", "copy");
+  std::snprintf(line, sizeof line, "%-26s %10s %10s %10s %8s %7s %5s %4s\n", "workload", "ms",
+                "TB/s", "TFLOP/s", "bound", "%ceil", "runs", "copy");
   os << line;
   int failed = 0;
   for (const Row& r : rows) {
@@ -48,10 +63,9 @@ void print_table(std::ostream& os, const RunInfo& info, const Ceilings& c,
          << " unsupported: " << r.error << "\n";
       continue;
     }
-    // %g keeps CPU figures (GB/s-sized TB/s) and GPU figures readable in one format.
-    std::snprintf(line, sizeof line, "%-26s %10.4g %8.4g %9.4g %8s %6.1f%% %5d %4d\n",
-                  r.workload.c_str(), r.timing.median_ms, r.TBps, r.TFLOPs, r.bound.c_str(), r.pct,
-                  r.timing.runs, r.timing.copies);
+    std::snprintf(line, sizeof line, "%-26s %10s %10s %10s %8s %6.1f%% %5d %4d\n",
+                  r.workload.c_str(), sig4(r.timing.median_ms).c_str(), sig4(r.TBps).c_str(),
+                  sig4(r.TFLOPs).c_str(), r.bound.c_str(), r.pct, r.timing.runs, r.timing.copies);
     os << line;
   }
   os << rows.size() - failed << " ran, " << failed << " unsupported\n";
