@@ -113,8 +113,8 @@ void scores(const float* q, int64_t qs, int64_t rows, const void* const* k, int6
 // O[i] += Σ_j p[i][j] · v_j over keys [j0, j1) for R rows, W vectors of O at a time; each
 // element sees the same MulAdd sequence whichever R, W and value storage are used.
 template <int R, int W, class T>
-HWY_INLINE void pv_block(const float* p, const void* const* v, int64_t j0, int64_t j1, float* o,
-                         int64_t os, int64_t x) {
+HWY_INLINE void pv_block(const float* p, int64_t prow, int64_t pkey, const void* const* v,
+                         int64_t j0, int64_t j1, float* o, int64_t os, int64_t x) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   using V = hn::Vec<DF>;
@@ -125,7 +125,7 @@ HWY_INLINE void pv_block(const float* p, const void* const* v, int64_t j0, int64
     V vv[W];
     for (int w = 0; w < W; ++w) vv[w] = load_f32v(static_cast<const T*>(v[j]) + x + w * N);
     for (int i = 0; i < R; ++i) {
-      const V pb = hn::Set(df, p[i * kTileKeys + j]);
+      const V pb = hn::Set(df, p[i * prow + j * pkey]);
       for (int w = 0; w < W; ++w) acc[i][w] = hn::MulAdd(pb, vv[w], acc[i][w]);
     }
   }
@@ -133,23 +133,119 @@ HWY_INLINE void pv_block(const float* p, const void* const* v, int64_t j0, int64
     for (int w = 0; w < W; ++w) hn::StoreU(acc[i][w], df, o + i * os + x + w * N);
 }
 
+// Weights of row i, key j at p[i · prow + j · pkey] (row-major scores or their transpose).
 template <class T>
-void accumulate(const float* p, int64_t rows, const void* const* v, int64_t j0, int64_t j1,
-                float* o, int64_t os, int64_t len) {
+void accumulate(const float* p, int64_t prow, int64_t pkey, int64_t rows, const void* const* v,
+                int64_t j0, int64_t j1, float* o, int64_t os, int64_t len) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   int64_t r = 0;
   for (; r + 4 <= rows; r += 4) {
     int64_t x = 0;
     for (; x + 2 * N <= len; x += 2 * N)
-      pv_block<4, 2, T>(p + r * kTileKeys, v, j0, j1, o + r * os, os, x);
-    for (; x < len; x += N) pv_block<4, 1, T>(p + r * kTileKeys, v, j0, j1, o + r * os, os, x);
+      pv_block<4, 2, T>(p + r * prow, prow, pkey, v, j0, j1, o + r * os, os, x);
+    for (; x < len; x += N)
+      pv_block<4, 1, T>(p + r * prow, prow, pkey, v, j0, j1, o + r * os, os, x);
   }
   for (; r < rows; ++r) {
     int64_t x = 0;
     for (; x + 4 * N <= len; x += 4 * N)
-      pv_block<1, 4, T>(p + r * kTileKeys, v, j0, j1, o + r * os, os, x);
-    for (; x < len; x += N) pv_block<1, 1, T>(p + r * kTileKeys, v, j0, j1, o + r * os, os, x);
+      pv_block<1, 4, T>(p + r * prow, prow, pkey, v, j0, j1, o + r * os, os, x);
+    for (; x < len; x += N)
+      pv_block<1, 1, T>(p + r * prow, prow, pkey, v, j0, j1, o + r * os, os, x);
+  }
+}
+
+// Many rows per KV head (prefill, MLA): scores are computed transposed, ST[j][r], with rows
+// along the vector lanes from a transposed q (qT[d][r], built once per task). Each element is a
+// plain sequential MulAdd over d — no horizontal sums — and the online softmax below runs on
+// whole vectors of rows.
+template <int KJ, int RV>
+HWY_INLINE void wide_block(const float* qt, int64_t rp, const void* const* k, int64_t len,
+                           float* st) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  using V = hn::Vec<DF>;
+  V acc[KJ][RV];
+  for (int j = 0; j < KJ; ++j)
+    for (int v = 0; v < RV; ++v) acc[j][v] = hn::Zero(df);
+  const float* kr[KJ];
+  for (int j = 0; j < KJ; ++j) kr[j] = static_cast<const float*>(k[j]);
+  for (int64_t d = 0; d < len; ++d) {
+    V qv[RV];
+    for (int v = 0; v < RV; ++v) qv[v] = hn::LoadU(df, qt + d * rp + v * N);
+    for (int j = 0; j < KJ; ++j) {
+      const V kb = hn::Set(df, kr[j][d]);
+      for (int v = 0; v < RV; ++v) acc[j][v] = hn::MulAdd(kb, qv[v], acc[j][v]);
+    }
+  }
+  for (int j = 0; j < KJ; ++j)
+    for (int v = 0; v < RV; ++v) hn::StoreU(acc[j][v], df, st + j * rp + v * N);
+}
+
+void wide_scores(const float* qt, int64_t rp, const void* const* k, int64_t len, int64_t j0,
+                 int64_t j1, float* st) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+  const int64_t nrv = rp / N;
+  for (int64_t v0 = 0; v0 < nrv;) {
+    const float* q = qt + v0 * N;
+    float* s = st + v0 * N;
+    int64_t j = j0;
+    if (nrv - v0 >= 4) {
+      for (; j + 2 <= j1; j += 2) wide_block<2, 4>(q, rp, k + j, len, s + j * rp);
+      for (; j < j1; ++j) wide_block<1, 4>(q, rp, k + j, len, s + j * rp);
+      v0 += 4;
+    } else if (nrv - v0 >= 2) {
+      for (; j + 4 <= j1; j += 4) wide_block<4, 2>(q, rp, k + j, len, s + j * rp);
+      for (; j < j1; ++j) wide_block<1, 2>(q, rp, k + j, len, s + j * rp);
+      v0 += 2;
+    } else {
+      for (; j + 8 <= j1; j += 8) wide_block<8, 1>(q, rp, k + j, len, s + j * rp);
+      for (; j < j1; ++j) wide_block<1, 1>(q, rp, k + j, len, s + j * rp);
+      v0 += 1;
+    }
+  }
+}
+
+// Online softmax of transposed scores ST[j][r] over tile keys [j0, j1) at absolute key
+// positions ts + j. Row r sees keys [lo[r], hi[r]]; m, l (rp entries) are updated in place and
+// alpha[r] receives the factor its output must be rescaled by (exactly 1 when the tile adds
+// nothing to the row). Weights overwrite the scores.
+void wide_softmax(float* st, int64_t rp, int64_t j0, int64_t j1, int64_t ts, const float* lo,
+                  const float* hi, float softcap, float* m, float* l, float* alpha) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  using V = hn::Vec<DF>;
+  const V neg_inf = hn::Set(df, kNegInf), cap = hn::Set(df, softcap), zero = hn::Zero(df);
+  for (int64_t x = 0; x < rp; x += N) {
+    const V vlo = hn::LoadU(df, lo + x), vhi = hn::LoadU(df, hi + x);
+    V mt = neg_inf;
+    for (int64_t j = j0; j < j1; ++j) {
+      const V key = hn::Set(df, static_cast<float>(ts + j));
+      const auto in = hn::And(hn::Ge(key, vlo), hn::Le(key, vhi));
+      V v = hn::LoadU(df, st + j * rp + x);
+      if (softcap > 0) v = hn::Mul(cap, hn::Tanh(df, v));  // q was pre-divided by softcap
+      v = hn::IfThenElse(in, v, neg_inf);
+      hn::StoreU(v, df, st + j * rp + x);
+      mt = hn::Max(mt, v);
+    }
+    const V mo = hn::LoadU(df, m + x);
+    const V mn = hn::Max(mo, mt);
+    // Rows still empty keep m = -inf; subtracting 0 there keeps every exponent finite or -inf.
+    const V msub = hn::IfThenElse(hn::Eq(mn, neg_inf), zero, mn);
+    const V a = hn::Exp(df, hn::Sub(mo, msub));
+    V sum = zero;
+    for (int64_t j = j0; j < j1; ++j) {
+      const V key = hn::Set(df, static_cast<float>(ts + j));
+      const auto in = hn::And(hn::Ge(key, vlo), hn::Le(key, vhi));
+      const V p =
+          hn::IfThenElseZero(in, hn::Exp(df, hn::Sub(hn::LoadU(df, st + j * rp + x), msub)));
+      hn::StoreU(p, df, st + j * rp + x);
+      sum = hn::Add(sum, p);
+    }
+    hn::StoreU(hn::MulAdd(hn::LoadU(df, l + x), a, sum), df, l + x);
+    hn::StoreU(mn, df, m + x);
+    hn::StoreU(a, df, alpha + x);
   }
 }
 
@@ -237,6 +333,7 @@ struct Scratch {
   std::vector<float> q, k, v, s, part;
   std::vector<int64_t> k_off, v_off;
   std::vector<const void*> kp, vp;  // row of tile key j of KV head gi at [gi · kTileKeys + j]
+  std::vector<float> qt, st, wm, row_lo, row_hi;  // transposed (wide) path
 };
 
 Scratch& scratch() {
@@ -319,6 +416,26 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
   const bool direct =
       !mla && !is_fp8(a.kv_dtype) && head_rows <= 8 && a.head_dim % N == 0 && a.head_dim_v % N == 0;
   const int64_t qk_len = direct ? a.head_dim : qs, pv_len = direct ? a.head_dim_v : dvp;
+  // More than a vector's worth of rows per KV head: the transposed (rows-in-lanes) path.
+  const bool wide = head_rows > 8;
+  const int64_t rp = (head_rows + N - 1) / N * N;
+  if (wide) {
+    sc.qt.assign(static_cast<size_t>(t.ng * qs * rp), 0.0f);
+    for (int64_t gi = 0; gi < t.ng; ++gi)
+      for (int64_t r = 0; r < head_rows; ++r)
+        for (int64_t d = 0; d < qs; ++d)
+          sc.qt[(gi * qs + d) * rp + r] = sc.q[(gi * head_rows + r) * qs + d];
+    sc.st.resize(static_cast<size_t>(kTileKeys * rp));
+    sc.wm.assign(static_cast<size_t>(3 * rp), kNegInf);
+    std::fill(sc.wm.begin() + rp, sc.wm.end(), 0.0f);
+    // Key range of each row as floats (exact below 2^24); padding rows see nothing.
+    sc.row_lo.assign(static_cast<size_t>(rp), 1.0f);
+    sc.row_hi.assign(static_cast<size_t>(rp), 0.0f);
+    for (int64_t r = 0; r < head_rows; ++r) {
+      sc.row_lo[r] = static_cast<float>(lo[r / t.nh]);
+      sc.row_hi[r] = static_cast<float>(hi[r / t.nh]);
+    }
+  }
   sc.kp.resize(static_cast<size_t>(t.ng * kTileKeys));
   sc.vp.resize(static_cast<size_t>(t.ng * kTileKeys));
   const void** kp = sc.kp.data();
@@ -406,9 +523,24 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
               softmax_row(srow, ra, re, a.softcap, pm[r], pl[r], po + r * dvp, dvp);
             }
           }
-          accumulate<T>(s0, head_rows, vg, j0, j1, o0, dvp, pv_len);
+          accumulate<T>(s0, kTileKeys, 1, head_rows, vg, j0, j1, o0, dvp, pv_len);
         };
-        if (!direct || a.kv_dtype == DType::kF32) {
+        if (wide) {
+          // Transposed path: m, l of this head's rows as whole vectors (padding lanes empty).
+          float* wm = sc.wm.data();
+          float* wl = wm + rp;
+          float* wa = wl + rp;
+          std::copy(pm + r0, pm + r0 + head_rows, wm);
+          std::copy(pl + r0, pl + r0 + head_rows, wl);
+          wide_scores(sc.qt.data() + gi * qs * rp, rp, kg, qs, j0, j1, sc.st.data());
+          wide_softmax(sc.st.data(), rp, j0, j1, ts, sc.row_lo.data(), sc.row_hi.data(), a.softcap,
+                       wm, wl, wa);
+          std::copy(wm, wm + head_rows, pm + r0);
+          std::copy(wl, wl + head_rows, pl + r0);
+          for (int64_t r = 0; r < head_rows; ++r)
+            if (wa[r] != 1.0f) scale_row(o0 + r * dvp, dvp, wa[r]);
+          accumulate<float>(sc.st.data(), 1, rp, head_rows, vg, j0, j1, o0, dvp, dvp);
+        } else if (!direct || a.kv_dtype == DType::kF32) {
           run(float{});
         } else if (a.kv_dtype == DType::kBF16) {
           run(hwy::bfloat16_t{});
