@@ -112,8 +112,13 @@ int run_bench(int argc, char** argv) {
   const bool tty = isatty(STDERR_FILENO);
   std::string current;
   int index = 0;
+  auto last = std::chrono::steady_clock::now();
   opt.progress = [&](const std::string& s) {
     if (!tty) return;
+    // Run counters come fast; redraw them at most 10 times a second.
+    const auto now = std::chrono::steady_clock::now();
+    if (s.rfind("run ", 0) == 0 && now - last < std::chrono::milliseconds(100)) return;
+    last = now;
     std::fprintf(stderr, "\r\033[K[%d/%zu] %s: %s", index, workloads.size(), current.c_str(),
                  s.c_str());
     std::fflush(stderr);
