@@ -406,10 +406,6 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
   const auto* kbase = static_cast<const char*>(a.k);
   const auto* vbase = static_cast<const char*>(a.v);
   const int64_t esz = dtype_size(a.kv_dtype);
-  // Bytes from a key's first KV head row to the end of its last one: the task's heads of one
-  // slot are adjacent in a [.., Hk, D] cache, so they are read (and prefetched) as one run.
-  const int64_t k_run = ((t.ng - 1) * a.k_head + a.head_dim) * esz;
-  const int64_t v_run = ((t.ng - 1) * a.v_head + a.head_dim_v) * esz;
   // Reading K/V in place (no fp32 copy) pays when few rows share each key: the copy would be
   // read back only a few times. Needs whole vectors per row (no reads past a row's end).
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
@@ -472,13 +468,8 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
       // Tile-local loaded range [j0, j1).
       int64_t j0, j1;
       tile_range(ts, j0, j1);
-      if (ts + kTileKeys <= k_hi) {
-        const int64_t nn = load_offsets(ts + kTileKeys, ko_next, vo_next);
-        for (int64_t i = 0; i < nn; ++i) {
-          prefetch_row(kbase + ko_next[i] * esz, k_run);
-          prefetch_row(vbase + vo_next[i] * esz, v_run);
-        }
-      }
+      const int64_t nn =
+          ts + kTileKeys <= k_hi ? load_offsets(ts + kTileKeys, ko_next, vo_next) : 0;
       if (direct) {
         // Few rows per KV head (decode): read K/V rows in place, widening as they load.
         for (int64_t j = j0; j < j1; ++j)
@@ -502,6 +493,12 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
       std::swap(ko, ko_next);
       std::swap(vo, vo_next);
       for (int64_t gi = 0; gi < t.ng; ++gi) {
+        // Prefetch this head's rows of the next tile while computing this one: spread over the
+        // heads, the prefetches overlap compute instead of stalling in one burst.
+        for (int64_t i = 0; i < nn; ++i) {
+          prefetch_row(kbase + (ko[i] + gi * a.k_head) * esz, a.head_dim * esz);
+          prefetch_row(vbase + (vo[i] + gi * a.v_head) * esz, a.head_dim_v * esz);
+        }
         const int64_t r0 = gi * head_rows;
         const void* const* kg = kp + gi * kTileKeys;
         const void* const* vg = vp + gi * kTileKeys;
