@@ -65,6 +65,30 @@ HWY_INLINE hn::Vec<DF> load_f32v(const T* p) {
   }
 }
 
+// out[i] = Σ lanes of a_i for four vectors. On x86 a horizontal-add tree reduces all four at
+// once (5 shuffles/adds instead of ~4 each); elsewhere Highway's per-vector reduction. Either
+// way the order depends only on the target, never on the data or the batch.
+HWY_INLINE void sum4(hn::Vec<DF> a0, hn::Vec<DF> a1, hn::Vec<DF> a2, hn::Vec<DF> a3, float* out) {
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+#if HWY_TARGET == HWY_AVX2
+  const __m256 b0 = a0.raw, b1 = a1.raw, b2 = a2.raw, b3 = a3.raw;
+#else
+  auto fold = [](__m512 v) {
+    return _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+  };
+  const __m256 b0 = fold(a0.raw), b1 = fold(a1.raw), b2 = fold(a2.raw), b3 = fold(a3.raw);
+#endif
+  const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(b0, b1), _mm256_hadd_ps(b2, b3));
+  _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+#else
+  const DF df;
+  out[0] = hn::GetLane(hn::SumOfLanes(df, a0));
+  out[1] = hn::GetLane(hn::SumOfLanes(df, a1));
+  out[2] = hn::GetLane(hn::SumOfLanes(df, a2));
+  out[3] = hn::GetLane(hn::SumOfLanes(df, a3));
+#endif
+}
+
 // S[i][j] = q_i · k_j for R rows × K keys (key j's row at k[j]); one accumulator chain per
 // element, summed over the vectors of the row in order and then across lanes, whichever R, K
 // and key storage are used, so every path gives the same bits.
@@ -85,8 +109,21 @@ HWY_INLINE void dot_block(const float* q, int64_t qs, const void* const* k, int6
       for (int j = 0; j < K; ++j) acc[i][j] = hn::MulAdd(qv, kv[j], acc[i][j]);
     }
   }
-  for (int i = 0; i < R; ++i)
-    for (int j = 0; j < K; ++j) s[i * ss + j] = hn::GetLane(hn::SumOfLanes(df, acc[i][j]));
+  float t[4];
+  if constexpr (R == 4) {
+    for (int j = 0; j < K; ++j) {
+      sum4(acc[0][j], acc[1][j], acc[2][j], acc[3][j], t);
+      for (int i = 0; i < 4; ++i) s[i * ss + j] = t[i];
+    }
+  } else if constexpr (R == 1 && K % 4 == 0) {
+    for (int j = 0; j < K; j += 4) {
+      sum4(acc[0][j], acc[0][j + 1], acc[0][j + 2], acc[0][j + 3], t);
+      for (int x = 0; x < 4; ++x) s[j + x] = t[x];
+    }
+  } else {
+    for (int i = 0; i < R; ++i)
+      for (int j = 0; j < K; ++j) s[i * ss + j] = hn::GetLane(hn::SumOfLanes(df, acc[i][j]));
+  }
 }
 
 // Scores of `rows` rows against tile keys [j0, j1) (key j's row at k[j]).
