@@ -46,6 +46,15 @@ int max_of(const std::vector<int>& v) {
   return v.empty() ? 0 : *std::max_element(v.begin(), v.end());
 }
 
+// Runs the device copy and brings out (and lse, when the case has one) back into `d`.
+void run_dev(testing::DevicePaged& dp, const PagedData& d, const Exec& exec) {
+  testing::attach_workspace(dp, exec);
+  paged_attention(dp.params, exec);
+  ASSERT_EQ(cudaStreamSynchronize(static_cast<cudaStream_t>(exec.stream)), cudaSuccess);
+  dp.mirror.download(d.out);
+  if (d.lse.data() != nullptr) dp.mirror.download(d.lse);
+}
+
 // Runs `c` on the GPU and the oracle on identical inputs. `hint` is the max_seqlen_q passed
 // (-1: the true maximum; 0: none, so the CUDA side must assume total_q).
 void check(const AttentionCase& c, const Exec& exec = {}, int hint = -1,
@@ -57,7 +66,7 @@ void check(const AttentionCase& c, const Exec& exec = {}, int hint = -1,
   PagedData ref = testing::with_fresh_outputs(d);
   paged_attention(ref.params, kRef);
   testing::DevicePaged dp = testing::to_device(d);
-  testing::run_on_device(dp, d, exec);
+  run_dev(dp, d, exec);
   const auto cmp = testing::compare(d.params.out, ref.params.out, d.params.lse, ref.params.lse);
   EXPECT_TRUE(cmp.ok) << cmp.why << " (rel " << cmp.rel_l2 << ", max abs " << cmp.max_abs
                       << ", lse " << cmp.lse_max_abs << ")";
@@ -207,12 +216,15 @@ TEST(CudaPrefill, TableRowsAndKvStart) {
       d.params.kv_start = start;
       PagedData ref = testing::with_fresh_outputs(d);
       paged_attention(ref.params, kRef);
-      testing::DevicePaged dp = testing::to_device(d);
+      PagedData base = d;  // same tensors; the mirror learns rows / start separately
+      base.params.table_rows = TensorView();
+      base.params.kv_start = TensorView();
+      testing::DevicePaged dp = testing::to_device(base);
       dp.mirror.add(rows);
       dp.mirror.add(start);
       dp.params.table_rows = dp.mirror.rebase(rows);
       dp.params.kv_start = dp.mirror.rebase(start);
-      testing::run_on_device(dp, d, {});
+      run_dev(dp, d, {});
       const auto cmp = testing::compare(d.params.out, ref.params.out, d.params.lse, ref.params.lse);
       EXPECT_TRUE(cmp.ok) << cmp.why << " (rel " << cmp.rel_l2 << ", max abs " << cmp.max_abs
                           << ")";
@@ -229,7 +241,7 @@ TEST(CudaPrefill, BatchInvariant) {
   PagedData d = testing::make_paged(c, next_seed());
   d.params.max_seqlen_q = 300;
   testing::DevicePaged dp = testing::to_device(d);
-  testing::run_on_device(dp, d, {});
+  run_dev(dp, d, {});
   const int64_t n0 = int64_t{130} * c.heads_q * D;
   std::vector<unsigned char> batch_bits(static_cast<size_t>(n0 * 2));
   std::memcpy(batch_bits.data(), d.out.data(), batch_bits.size());

@@ -23,6 +23,7 @@
 #include "cuda/common/dtype.cuh"
 #include "cuda/common/mma.cuh"
 #include "cuda/prefill/config.h"
+#include "cuda/prefill/ldsm.cuh"
 #include "cuda/prefill/params.h"
 
 namespace flashback::cuda::prefill {
@@ -42,13 +43,6 @@ __device__ __forceinline__ Range visible(const PrefillParams& p, int i, int q_le
   if (p.window_left >= 0 && pos - p.window_left > lo) lo = pos - p.window_left;
   if (p.window_right >= 0 && pos + p.window_right < hi) hi = pos + p.window_right;
   return {lo, hi};
-}
-
-// ldmatrix .x4 .trans: the B operand of P V straight from row-major V (keys x columns).
-__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void* ptr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(ptr)));
 }
 
 template <typename T>
