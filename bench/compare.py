@@ -129,7 +129,9 @@ def chart(path, title, fb, order, fb_rows, peer_rows, names):
         ax.barh(ys, xs, height=height, label=impl,
                 color="black" if impl == "flashback" else None)
     ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels(rows, fontsize=8)
+    failed = {f["workload"] for f in fb.get("failed", [])}
+    ax.set_yticklabels([w + ("\n(flashback: unsupported)" if w in failed else "") for w in rows],
+                       fontsize=8)
     ax.set_xlabel("% of the measured ceiling (read bandwidth, or peak when compute-bound)")
     ax.axvline(100, color="grey", linestyle="--", linewidth=0.8)
     ax.set_title(title, fontsize=10)
