@@ -179,8 +179,12 @@ void run_trace_section(const Options& o, int P, int& passed, int& failed) {
   const trace::TraceReport rep =
       trace::run_trace(t, [&](int64_t d, int64_t n) { progress(bar.c_str(), d, n); });
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("\nserving trace, page size %d: %lld forward passes in %.1f s\n", P,
-              static_cast<long long>(rep.forward_passes), secs);
+  std::printf(
+      "\nserving trace, page size %d: %lld forward passes, %lld requests (%lld reusing a "
+      "prefix, %lld finished and freed, %lld in a reused row) in %.1f s\n",
+      P, static_cast<long long>(rep.forward_passes), static_cast<long long>(rep.requests),
+      static_cast<long long>(rep.shared_prefix), static_cast<long long>(rep.finished),
+      static_cast<long long>(rep.reused_rows), secs);
   std::printf("%-7s %-22s %-19s %6s %7s %10s %10s %9s  %s\n", "model", "mode", "layer kind",
               "calls", "tokens", "max |err|", "max rel", "max lse", "result");
   for (const trace::KindStats& s : rep.rows) {

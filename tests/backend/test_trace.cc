@@ -32,6 +32,9 @@ TEST_P(TraceTest, EveryModeAndLayerKindMatchesTheOracle) {
   EXPECT_EQ(rep.failures(), 0) << describe(rep);
   EXPECT_TRUE(rep.missing().empty()) << describe(rep);
   EXPECT_GE(rep.forward_passes, 2 * o.steps);  // two models, at least one pass per step
+  EXPECT_GT(rep.shared_prefix, 0);
+  EXPECT_GT(rep.finished, 0);
+  EXPECT_GT(rep.reused_rows, 0);
   int64_t tokens = 0;
   for (const KindStats& k : rep.rows) tokens += k.tokens;
   EXPECT_GT(tokens, 1000);

@@ -1,6 +1,7 @@
 #include "backend/trace/engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -73,6 +74,8 @@ void Engine::admit() {
   auto r = std::make_unique<Request>();
   r->id = next_id_++;
   r->row = r2t_.alloc();
+  reused_ += row_used_[r->row];
+  row_used_[r->row] = 1;
   r->prompt = rng_.uniform(1, kMaxPrompt);
   r->target = r->prompt + rng_.uniform(1, kMaxGen);
   for (const LayerSpec& s : model_.layers) {
@@ -91,6 +94,7 @@ void Engine::admit() {
     r->enc = src->enc;
     r->len = r->alloc = shared;
     alloc_.share_prefix(r2t_, src->row, r->row, src->enc + shared);
+    ++shared_;
     for (size_t l = 0; l < model_.layers.size(); ++l) {
       copy_prefix(r->hist[l], src->hist[l], shared);
       if (model_.layers[l].kind == Kind::kCross)
@@ -114,6 +118,7 @@ void Engine::finish_done() {
     }
     alloc_.release(r2t_, r.row, r.enc + r.alloc);
     r2t_.free(r.row);
+    ++finished_;
     active_.erase(active_.begin() + static_cast<std::ptrdiff_t>(i));
   }
 }
@@ -384,6 +389,14 @@ void Engine::check(const Pass& p, int32_t li, const std::vector<int32_t>& q_off,
   const Layer& L = s.layer;
   KindStats& ks = stats_.at(model_.name, p.label(), kind_name(s.kind));
   ++ks.calls;
+  // CUDA-graph padding rows: their outputs are ignored but must be finite (SPEC.md §7).
+  const int64_t real_q = p.rows.empty() ? 0 : q_off.back() + p.rows.back().q_len;
+  const TensorView pad = out.view().slice(0, real_q, out.size(0));
+  for (int64_t i = 0; i < pad.numel(); ++i)
+    if (!std::isfinite(load_as_double(pad, i)) && ks.failures++ == 0) {
+      ks.first_failure = "a padded CUDA-graph row's output is not finite";
+      break;
+    }
   for (size_t i = 0; i < p.rows.size(); ++i) {
     const Row& row = p.rows[i];
     if (row.q_len == 0) continue;

@@ -34,6 +34,10 @@ class Engine {
   ~Engine();
   void step();  ///< one scheduling step: admissions, then one kind of work (1..5 passes)
   int64_t forward_passes() const { return passes_; }
+  int64_t requests() const { return next_id_; }
+  int64_t shared_prefix() const { return shared_; }
+  int64_t finished() const { return finished_; }
+  int64_t reused_rows() const { return reused_; }
 
  private:
   static constexpr int32_t kMaxRows = 16;    // req_to_token rows; row 0 = graph padding row
@@ -118,6 +122,8 @@ class Engine {
   int32_t next_id_ = 0;
   int64_t passes_ = 0;
   int64_t steps_ = 0;
+  int64_t shared_ = 0, finished_ = 0, reused_ = 0;
+  std::vector<uint8_t> row_used_ = std::vector<uint8_t>(kMaxRows, 0);
 };
 
 }  // namespace flashback::trace

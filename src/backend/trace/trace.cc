@@ -73,6 +73,10 @@ TraceReport run_trace(const TraceOptions& o, const Progress& progress) {
       if (progress) progress(++done, total);
     }
     rep.forward_passes += engine.forward_passes();
+    rep.requests += engine.requests();
+    rep.shared_prefix += engine.shared_prefix();
+    rep.finished += engine.finished();
+    rep.reused_rows += engine.reused_rows();
   }
   rep.rows = std::move(stats.rows());
   // Report order: model, then modes in a serving step's order, then layer kinds.

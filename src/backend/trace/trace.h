@@ -37,6 +37,10 @@ struct KindStats {
 struct TraceReport {
   std::vector<KindStats> rows;
   int64_t forward_passes = 0;
+  int64_t requests = 0;       ///< admitted
+  int64_t shared_prefix = 0;  ///< admitted reusing a running request's pages
+  int64_t finished = 0;       ///< finished, their rows and pages returned for reuse
+  int64_t reused_rows = 0;    ///< admitted into a request row a finished request freed
   int64_t failures() const;
   /// Kinds and modes that were never exercised (a trace that skipped something is not a pass).
   std::vector<std::string> missing() const;
