@@ -63,19 +63,20 @@ TEST(FastRagged, HeadDims192And128EveryDtypeGqaAndMask) {
     int left, right;
     float cap;
   };
-  const Mask masks[] = {{true, -1, -1, 0}, {false, -1, -1, 0}, {true, 20, -1, 0},
-                        {false, 4, 6, 0}, {true, -1, -1, 3.0f}};
+  const Mask masks[] = {{true, -1, -1, 0},
+                        {false, -1, -1, 0},
+                        {true, 20, -1, 0},
+                        {false, 4, 6, 0},
+                        {true, -1, -1, 3.0f}};
   for (DType dt : {DType::kBF16, DType::kF16, DType::kF32})
     for (int gqa : {1, 4, 8})
       for (const Mask& m : masks) {
         Ragged f = make_ragged({1, 0, 5, 33, 2, 17}, {1, 3, 0, 40, 600, 17}, 2 * gqa, 2, 192, 128,
                                dt, ++seed);
-        for (auto* rp : {&f.p}) {
-          rp->causal = m.causal;
-          rp->window_left = m.left;
-          rp->window_right = m.right;
-          rp->softcap = m.cap;
-        }
+        f.p.causal = m.causal;
+        f.p.window_left = m.left;
+        f.p.window_right = m.right;
+        f.p.softcap = m.cap;
         Tensor out2(dt, {f.out.size(0), f.out.size(1), f.out.size(2)});
         Tensor lse2(DType::kF32, {f.lse.size(0), f.lse.size(1)});
         out2.poison();
@@ -104,7 +105,7 @@ TEST(FastMerge, MatchesOracleWithEmptyRowsAndAliasing) {
       fill_normal(la, rng, 3.0);
       fill_normal(lb, rng, 3.0);
       const float inf = std::numeric_limits<float>::infinity();
-      la.ptr<float>()[0] = -inf;  // a empty
+      la.ptr<float>()[0] = -inf;         // a empty
       lb.ptr<float>()[1 * T + 1] = inf;  // b empty, FlashAttention style (head 1, token 1)
       la.ptr<float>()[2 * H + 2] = inf;  // both empty (token 2, head 2)
       lb.ptr<float>()[2 * T + 2] = -inf;
@@ -146,7 +147,8 @@ TEST(FastKvStore, EveryCacheDtypePageSizeMhaAndMla) {
           for (int64_t t = 0; t < T; ++t)  // rows 0 and 5 are padding writing slot 0
             loc.set(t, (t == 0 || t == 5) ? 0 : static_cast<double>(perm[t]));
           auto cache = [&](int64_t dim) {
-            Tensor c = page == 1 ? Tensor(cdt, {slots, Hk, dim}) : Tensor(cdt, {pages, page, Hk, dim});
+            Tensor c =
+                page == 1 ? Tensor(cdt, {slots, Hk, dim}) : Tensor(cdt, {pages, page, Hk, dim});
             c.zero();
             return c;
           };
@@ -166,8 +168,8 @@ TEST(FastKvStore, EveryCacheDtypePageSizeMhaAndMla) {
           if (!mla) r.v_cache = vc2;
           kv_store(r, kRef);
           kv_store(p, fast(2));
-          const std::string what = std::string(dtype_name(cdt)) + " P=" + std::to_string(page) +
-                                   (mla ? " mla" : " mha");
+          const std::string what =
+              std::string(dtype_name(cdt)) + " P=" + std::to_string(page) + (mla ? " mla" : " mha");
           EXPECT_EQ(std::memcmp(kc.data(), kc2.data(), static_cast<size_t>(kc.nbytes())), 0)
               << what << ": k cache bytes differ";
           EXPECT_EQ(std::memcmp(vc.data(), vc2.data(), static_cast<size_t>(vc.nbytes())), 0)
