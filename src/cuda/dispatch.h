@@ -12,11 +12,10 @@
 
 namespace flashback::cuda {
 
-int64_t paged_attention_workspace_bytes(const PagedAttentionParams& p,
-                                        const detail::PagedShape& s, const Exec& exec);
+int64_t paged_attention_workspace_bytes(const PagedAttentionParams& p, const detail::PagedShape& s,
+                                        const Exec& exec);
 /// Short queries only (q_len <= 16, per max_seqlen_q): longer ones are issue #7 and throw.
-void paged_attention(const PagedAttentionParams& p, const detail::PagedShape& s,
-                     const Exec& exec);
+void paged_attention(const PagedAttentionParams& p, const detail::PagedShape& s, const Exec& exec);
 /// Not yet on CUDA (issue #7): throws flashback::Error.
 void ragged_attention(const RaggedAttentionParams& p, const detail::RaggedShape& s,
                       const Exec& exec);

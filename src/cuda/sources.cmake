@@ -47,6 +47,7 @@ target_sources(flashback PRIVATE
   ${_fb_cuda_src}/decode/combine.cu
   ${_fb_cuda_src}/merge/merge.cu
   ${_fb_cuda_src}/store/store.cu
+  ${_fb_cuda_src}/plan/device_plan.cu
   ${_fb_cuda_instances})
 target_include_directories(flashback PRIVATE ${_fb_cuda_gen})
 include(${_fb_cuda_src}/prefill/prefill.cmake)

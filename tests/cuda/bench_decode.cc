@@ -78,7 +78,7 @@ Row bench_one(const json& w, bool deterministic, int reps) {
   }
   c.dtype = w["dtype"] == "fp16" ? fb::DType::kF16 : fb::DType::kBF16;
   const std::string kv = w["kv_dtype"];
-  c.kv_dtype = kv == "fp8_e4m3" ? fb::DType::kF8E4M3
+  c.kv_dtype = kv == "fp8_e4m3"   ? fb::DType::kF8E4M3
                : kv == "fp8_e5m2" ? fb::DType::kF8E5M2
                                   : c.dtype;
   c.causal = w.value("causal", true) && !w.value("cross", false);
@@ -91,8 +91,9 @@ Row bench_one(const json& w, bool deterministic, int reps) {
   uint64_t seed = 1;
   for (const fb::Tensor* t : {&d.q, &d.k_cache, &d.v_cache}) {
     if (t->numel() == 0) continue;
-    const float sd = t->dtype() == fb::DType::kF8E4M3 ? 24.f
-                     : t->dtype() == fb::DType::kF8E5M2 ? 2000.f : 1.f;
+    const float sd = t->dtype() == fb::DType::kF8E4M3   ? 24.f
+                     : t->dtype() == fb::DType::kF8E5M2 ? 2000.f
+                                                        : 1.f;
     fb::testing::fill_random_device(dp.mirror.device_ptr(*t), t->numel(), t->dtype(), seed++, sd);
   }
   FB_TEST_CUDA(cudaDeviceSynchronize());
@@ -130,10 +131,14 @@ int main(int argc, char** argv) {
   int reps = 50;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--workloads" && i + 1 < argc) path = argv[++i];
-    else if (a == "--json" && i + 1 < argc) out_json = argv[++i];
-    else if (a == "--only" && i + 1 < argc) only = argv[++i];
-    else if (a == "--reps" && i + 1 < argc) reps = std::stoi(argv[++i]);
+    if (a == "--workloads" && i + 1 < argc)
+      path = argv[++i];
+    else if (a == "--json" && i + 1 < argc)
+      out_json = argv[++i];
+    else if (a == "--only" && i + 1 < argc)
+      only = argv[++i];
+    else if (a == "--reps" && i + 1 < argc)
+      reps = std::stoi(argv[++i]);
   }
   std::ifstream f(path);
   if (!f) {
@@ -152,8 +157,8 @@ int main(int argc, char** argv) {
       try {
         rows.push_back(bench_one(w, det, reps));
         const Row& r = rows.back();
-        std::fprintf(stderr, "%-36s %9.4f ms %7.3f TB/s %8.2f TFLOP/s\n", r.workload.c_str(),
-                     r.ms, r.tbps, r.tflops);
+        std::fprintf(stderr, "%-36s %9.4f ms %7.3f TB/s %8.2f TFLOP/s\n", r.workload.c_str(), r.ms,
+                     r.tbps, r.tflops);
       } catch (const std::exception& e) {
         ++failed;
         std::fprintf(stderr, "%-36s FAILED: %s\n", name.c_str(), e.what());
@@ -166,7 +171,10 @@ int main(int argc, char** argv) {
   if (!out_json.empty()) {
     json j = json::array();
     for (const Row& r : rows)
-      j.push_back({{"workload", r.workload}, {"peer", "flashback"}, {"ms", r.ms}, {"TBps", r.tbps},
+      j.push_back({{"workload", r.workload},
+                   {"peer", "flashback"},
+                   {"ms", r.ms},
+                   {"TBps", r.tbps},
                    {"TFLOPs", r.tflops}});
     std::ofstream(out_json) << json{{"rows", j}}.dump(1) << "\n";
   }

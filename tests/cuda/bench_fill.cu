@@ -31,11 +31,21 @@ __global__ void fill_kernel(void* p, int64_t n, int dtype, uint64_t seed, float 
        i += int64_t{gridDim.x} * blockDim.x) {
     const float x = hash_normal(static_cast<uint64_t>(i), seed) * sd;
     switch (dtype) {
-      case 1: static_cast<__half*>(p)[i] = __float2half_rn(x); break;
-      case 2: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(x); break;
-      case 3: static_cast<uint8_t*>(p)[i] = __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3); break;
-      case 4: static_cast<uint8_t*>(p)[i] = __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E5M2); break;
-      default: static_cast<float*>(p)[i] = x; break;
+      case 1:
+        static_cast<__half*>(p)[i] = __float2half_rn(x);
+        break;
+      case 2:
+        static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(x);
+        break;
+      case 3:
+        static_cast<uint8_t*>(p)[i] = __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
+        break;
+      case 4:
+        static_cast<uint8_t*>(p)[i] = __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E5M2);
+        break;
+      default:
+        static_cast<float*>(p)[i] = x;
+        break;
     }
   }
 }

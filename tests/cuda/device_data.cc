@@ -41,8 +41,9 @@ TensorView DeviceMirror::rebase(const TensorView& host) const {
   FLASHBACK_CHECK(e != nullptr, "DeviceMirror::rebase", "a view into a mirrored tensor",
                   "an unknown pointer");
   TensorView d = host;
-  d.data = static_cast<unsigned char*>(e->dev.get()) +
-           (static_cast<const unsigned char*>(host.data) - static_cast<const unsigned char*>(e->host));
+  d.data =
+      static_cast<unsigned char*>(e->dev.get()) +
+      (static_cast<const unsigned char*>(host.data) - static_cast<const unsigned char*>(e->host));
   d.device = Device{DeviceType::kCUDA, 0};
   return d;
 }
@@ -61,8 +62,7 @@ void DeviceMirror::upload(const Tensor& t) const {
 
 DevicePaged to_device(const PagedData& d, bool copy_values) {
   DevicePaged dp;
-  for (const Tensor* t : {&d.q, &d.qv, &d.k_cache, &d.v_cache})
-    dp.mirror.add(*t, copy_values);
+  for (const Tensor* t : {&d.q, &d.qv, &d.k_cache, &d.v_cache}) dp.mirror.add(*t, copy_values);
   for (const Tensor* t : {&d.page_table, &d.cache_seqlens, &d.cu_seqlens_q, &d.k_descale,
                           &d.v_descale, &d.out, &d.lse})
     dp.mirror.add(*t);
@@ -93,8 +93,8 @@ void attach_workspace(DevicePaged& dp, const Exec& exec) {
   if (bytes > 0) {
     if (dp.workspace.bytes() < static_cast<size_t>(bytes))
       dp.workspace = DeviceBuffer(static_cast<size_t>(bytes));
-    dp.params.workspace = TensorView(dp.workspace.get(), DType::kU8, {bytes},
-                                     Device{DeviceType::kCUDA, 0});
+    dp.params.workspace =
+        TensorView(dp.workspace.get(), DType::kU8, {bytes}, Device{DeviceType::kCUDA, 0});
   } else {
     dp.params.workspace = TensorView();
   }

@@ -13,9 +13,9 @@
 
 namespace flashback::testing {
 
-#define FB_TEST_CUDA(call)                                                       \
-  do {                                                                           \
-    const cudaError_t e_ = (call);                                               \
+#define FB_TEST_CUDA(call)                                                                         \
+  do {                                                                                             \
+    const cudaError_t e_ = (call);                                                                 \
     if (e_ != cudaSuccess) throw ::flashback::Error(#call, "cudaSuccess", cudaGetErrorString(e_)); \
   } while (0)
 

@@ -43,7 +43,9 @@ std::vector<int> boundary_lengths(int P) {
   return v;
 }
 
-int max_of(const std::vector<int>& v) { return v.empty() ? 0 : *std::max_element(v.begin(), v.end()); }
+int max_of(const std::vector<int>& v) {
+  return v.empty() ? 0 : *std::max_element(v.begin(), v.end());
+}
 
 // Runs `c` on the GPU and the oracle on identical inputs; `mutate` may adjust the host data
 // (e.g. add table_rows / kv_start) before both run.

@@ -52,8 +52,9 @@ TEST(CudaMerge, MatchesOracleWithEmptyStatesAndAliasing) {
       merge_state(hp, kRef);
       DeviceMirror m;
       for (const Tensor* t : {&a, &b, &la, &lb, &out, &lse}) m.add(*t);
-      MergeStateParams dp{m.rebase(a), m.rebase(la), m.rebase(b), m.rebase(lb),
-                          m.rebase(alias ? a : out), m.rebase(lse)};
+      MergeStateParams dp{
+          m.rebase(a),  m.rebase(la), m.rebase(b), m.rebase(lb), m.rebase(alias ? a : out),
+          m.rebase(lse)};
       merge_state(dp);
       FB_TEST_CUDA(cudaDeviceSynchronize());
       const Tensor& got = alias ? a : out;
@@ -91,7 +92,8 @@ TEST(CudaStore, MatchesOracleBitwise) {
     testing::fill_normal(k, rng, 8.0);  // wide enough that fp8 saturates now and then
     testing::fill_normal(v, rng, 8.0);
     Tensor kc = sc.paged ? Tensor(sc.cache, {pages, P, H, D}) : Tensor(sc.cache, {pages * P, H, D});
-    Tensor vc = sc.paged ? Tensor(sc.cache, {pages, P, H, Dv}) : Tensor(sc.cache, {pages * P, H, Dv});
+    Tensor vc =
+        sc.paged ? Tensor(sc.cache, {pages, P, H, Dv}) : Tensor(sc.cache, {pages * P, H, Dv});
     testing::fill_normal(kc, rng);
     testing::fill_normal(vc, rng);
     std::vector<int64_t> slots(static_cast<size_t>(pages * P));

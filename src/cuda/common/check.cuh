@@ -6,11 +6,11 @@
 
 #include "flashback/error.h"
 
-#define FLASHBACK_CUDA_CHECK(call)                                                        \
-  do {                                                                                    \
-    const cudaError_t fb_err_ = (call);                                                   \
-    if (fb_err_ != cudaSuccess)                                                           \
-      throw ::flashback::Error(#call, "cudaSuccess", cudaGetErrorString(fb_err_));        \
+#define FLASHBACK_CUDA_CHECK(call)                                                 \
+  do {                                                                             \
+    const cudaError_t fb_err_ = (call);                                            \
+    if (fb_err_ != cudaSuccess)                                                    \
+      throw ::flashback::Error(#call, "cudaSuccess", cudaGetErrorString(fb_err_)); \
   } while (0)
 
 // After a launch: configuration errors surface from cudaGetLastError, not the launch itself.

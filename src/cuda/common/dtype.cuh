@@ -20,20 +20,32 @@ using f16 = __half;
 template <typename T>
 __device__ __forceinline__ float to_float(T x);
 template <>
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
 template <>
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_float(__half x) {
+  return __half2float(x);
+}
 template <>
-__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(float x) {
+  return x;
+}
 
 template <typename T>
 __device__ __forceinline__ T from_float(float x);
 template <>
-__device__ __forceinline__ __nv_bfloat16 from_float(float x) { return __float2bfloat16_rn(x); }
+__device__ __forceinline__ __nv_bfloat16 from_float(float x) {
+  return __float2bfloat16_rn(x);
+}
 template <>
-__device__ __forceinline__ __half from_float(float x) { return __float2half_rn(x); }
+__device__ __forceinline__ __half from_float(float x) {
+  return __float2half_rn(x);
+}
 template <>
-__device__ __forceinline__ float from_float(float x) { return x; }
+__device__ __forceinline__ float from_float(float x) {
+  return x;
+}
 
 // Two fp8 values (low byte first) to two 16-bit values of type T, packed in a uint32. Exact:
 // every e4m3 and e5m2 value is representable in both fp16 and bf16.

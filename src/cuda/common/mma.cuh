@@ -17,8 +17,8 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 // 16-byte global->shared copy; src_bytes = 0 zero-fills the destination (keys past the range
 // must read as zeros, not stale shared memory, since 0 * NaN would poison the output).
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)),
-               "l"(gmem), "r"(src_bytes));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
+               "r"(src_bytes));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
 template <int N>

@@ -43,7 +43,8 @@ __global__ void __launch_bounds__(128) combine_kernel(const CombineParams p) {
 #pragma unroll
   for (int c = 0; c < NC; ++c)
     if (lane + 32 * c < DV) out[lane + 32 * c] = from_float<T>(acc[c] * inv);
-  if (lane == 0 && p.lse) p.lse[tok * p.lse_st + head * p.lse_sh] = sum > 0.f ? m + logf(sum) : -INFINITY;
+  if (lane == 0 && p.lse)
+    p.lse[tok * p.lse_st + head * p.lse_sh] = sum > 0.f ? m + logf(sum) : -INFINITY;
 }
 
 template <typename T>
@@ -51,15 +52,15 @@ void launch_t(const CombineParams& p, cudaStream_t stream) {
   const int64_t warps = static_cast<int64_t>(p.total_q) * p.heads_q;
   const dim3 grid(static_cast<unsigned>((warps + 3) / 4));
   switch (p.head_dim_v) {
-#define FB_CASE(DV)                                                  \
-  case DV:                                                           \
-    combine_kernel<T, DV><<<grid, 128, 0, stream>>>(p);              \
+#define FB_CASE(DV)                                     \
+  case DV:                                              \
+    combine_kernel<T, DV><<<grid, 128, 0, stream>>>(p); \
     break;
-    FB_CASE(64) FB_CASE(80) FB_CASE(96) FB_CASE(128) FB_CASE(192) FB_CASE(256) FB_CASE(512)
+    FB_CASE(64)
+    FB_CASE(80) FB_CASE(96) FB_CASE(128) FB_CASE(192) FB_CASE(256) FB_CASE(512)
 #undef FB_CASE
-    default:
-      throw Error("v_cache", "a value head dim of 64, 80, 96, 128, 192, 256 or 512",
-                  std::to_string(p.head_dim_v));
+        default : throw Error("v_cache", "a value head dim of 64, 80, 96, 128, 192, 256 or 512",
+                              std::to_string(p.head_dim_v));
   }
   FLASHBACK_CUDA_CHECK_LAUNCH("combine_kernel");
 }

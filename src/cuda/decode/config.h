@@ -10,29 +10,35 @@ struct DecodeConfig {
   static constexpr int DV = DV_;   // v head dim (MLA: the latent width, also q_nope's)
   static constexpr bool QV = QV_;  // MLA absorbed: logits add q_nope . c_kv
   static constexpr bool FP8 = FP8_;
-  static constexpr int MT = MT_;   // 16-row m-tiles per CTA (rows = query x head-in-group)
+  static constexpr int MT = MT_;  // 16-row m-tiles per CTA (rows = query x head-in-group)
   static constexpr int ROWS = 16 * MT;
   // MLA: 8 warps so the 512-wide output splits into 64 columns per warp (32 fp32 registers per
   // m-tile); MHA: 4 warps.
   static constexpr int WARPS = QV ? 8 : 4;
   static constexpr int THREADS = 32 * WARPS;
-  // Keys per tile: about 32 KB of 16-bit K+V per stage keeps enough bytes in flight per SM
-  // (Little's law at ~4.3 TB/s and ~1 us latency is ~33 KB per SM) with two CTAs resident.
-  static constexpr int N = (D + DV) <= 256 ? 64 : 32;
+  // Keys per tile: 32 for 128-wide heads and up, so that several stages (tiles in flight) fit
+  // with two CTAs per SM; Little's law at ~4.3 TB/s and ~1-2 us loaded latency wants ~32-64 KB
+  // in flight per SM.
+  static constexpr int N = (D + DV) < 256 ? 64 : 32;
   static constexpr int EB = FP8 ? 1 : 2;  // bytes per cache element
   // Shared-memory row pitches (in elements / bytes), padded by 16 bytes so the 8 rows an
   // ldmatrix reads fall in different banks.
-  static constexpr int QP = D + 8, QVP = DV + 8;      // 16-bit elements
-  static constexpr int KP = D + 8, VP = DV + 8;       // 16-bit converted tiles
+  static constexpr int QP = D + 8, QVP = DV + 8;                 // 16-bit elements
+  static constexpr int KP = D + 8, VP = DV + 8;                  // 16-bit converted tiles
   static constexpr int KRAW = D * EB + 16, VRAW = DV * EB + 16;  // raw stage rows, bytes
-  static constexpr int SP = N + 4;                    // fp32 logits
-  static constexpr int PP = N + 8;                    // 16-bit probabilities
+  static constexpr int SP = N + 4;                               // fp32 logits
+  static constexpr int PP = N + 8;                               // 16-bit probabilities
   static constexpr int STAGE_BYTES = N * (KRAW + VRAW);
   static constexpr int BASE_BYTES = ROWS * QP * 2 + (QV ? ROWS * QVP * 2 : 0) +
-                                    (FP8 ? N * (KP + VP) * 2 : 0) + ROWS * SP * 4 +
-                                    ROWS * PP * 2 + 3 * ROWS * 4;
-  // Three stages when two CTAs still fit in an SM's 227 KB, else two.
-  static constexpr int STAGES = 2 * (BASE_BYTES + 3 * STAGE_BYTES) <= 225 * 1024 ? 3 : 2;
+                                    (FP8 ? N * (KP + VP) * 2 : 0) + ROWS * SP * 4 + ROWS * PP * 2 +
+                                    3 * ROWS * 4;
+  // As many stages as fit (up to 4) with two CTAs per SM (2 x (smem + 1 KB reserved) <= 228 KB);
+  // when not even two stages fit that way, one CTA per SM with up to 4 stages in 227 KB.
+  static constexpr int kHalfSm = 113 * 1024, kFullSm = 227 * 1024;
+  static constexpr int STAGES_2CTA = (kHalfSm - BASE_BYTES) / STAGE_BYTES;
+  static constexpr int STAGES_1CTA = (kFullSm - BASE_BYTES) / STAGE_BYTES;
+  static constexpr int STAGES =
+      STAGES_2CTA >= 2 ? (STAGES_2CTA < 4 ? STAGES_2CTA : 4) : (STAGES_1CTA < 4 ? STAGES_1CTA : 4);
   static constexpr int SMEM_BYTES = BASE_BYTES + STAGES * STAGE_BYTES;
   static constexpr int TPR = THREADS / ROWS;  // softmax threads per row
   static constexpr int NT8 = DV / 8;          // output n8 tiles, dealt round-robin to warps
@@ -42,7 +48,11 @@ struct DecodeConfig {
   static_assert(N % 16 == 0, "keys per tile must be a multiple of 16");
   static_assert(TPR >= 1 && TPR <= 32 && (TPR & (TPR - 1)) == 0,
                 "softmax row groups must be power-of-two lane groups within a warp");
+  static_assert(STAGES >= 2, "fewer than two K/V stages fit in shared memory");
   static_assert(SMEM_BYTES <= 227 * 1024, "shared memory per CTA exceeds 227 KB");
+  // The loader's per-thread chunk count is a compile-time constant (table lookups batched).
+  static constexpr int CHUNKS = N * (D * EB / 16 + DV * EB / 16);
+  static constexpr int LOAD_ITERS = (CHUNKS + THREADS - 1) / THREADS;
 };
 
 }  // namespace flashback::cuda

@@ -28,9 +28,12 @@ void launch_decode_one(const DecodeParams& p, cudaStream_t stream) {
 template <int D, int DV, bool QV, typename T, int MT>
 void launch_decode_mt(const DecodeParams& p, KvKind kv, cudaStream_t stream) {
   switch (kv) {
-    case KvKind::kSame: return launch_decode_one<D, DV, QV, T, MT, KvKind::kSame>(p, stream);
-    case KvKind::kE4M3: return launch_decode_one<D, DV, QV, T, MT, KvKind::kE4M3>(p, stream);
-    case KvKind::kE5M2: return launch_decode_one<D, DV, QV, T, MT, KvKind::kE5M2>(p, stream);
+    case KvKind::kSame:
+      return launch_decode_one<D, DV, QV, T, MT, KvKind::kSame>(p, stream);
+    case KvKind::kE4M3:
+      return launch_decode_one<D, DV, QV, T, MT, KvKind::kE4M3>(p, stream);
+    case KvKind::kE5M2:
+      return launch_decode_one<D, DV, QV, T, MT, KvKind::kE5M2>(p, stream);
   }
 }
 
@@ -42,9 +45,9 @@ void launch_decode(const DecodeParams& p, int m_tiles, KvKind kv, cudaStream_t s
 
 }  // namespace flashback::cuda
 
-#define FLASHBACK_DEFINE_DECODE_INSTANCE(D, DV, QV, TN)                                      \
-  namespace flashback::cuda {                                                               \
+#define FLASHBACK_DEFINE_DECODE_INSTANCE(D, DV, QV, TN)                                        \
+  namespace flashback::cuda {                                                                  \
   void decode_##D##_##DV##_##TN(const DecodeParams& p, int m_tiles, KvKind kv, void* stream) { \
-    launch_decode<D, DV, QV, TN>(p, m_tiles, kv, static_cast<cudaStream_t>(stream));          \
-  }                                                                                         \
+    launch_decode<D, DV, QV, TN>(p, m_tiles, kv, static_cast<cudaStream_t>(stream));           \
+  }                                                                                            \
   }

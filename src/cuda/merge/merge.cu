@@ -46,7 +46,8 @@ __global__ void __launch_bounds__(128) merge_kernel(const MergeParams p) {
 void launch_merge(const MergeParams& p, void* stream) {
   const int64_t warps = static_cast<int64_t>(p.tokens) * p.heads;
   if (warps == 0) return;
-  merge_kernel<<<static_cast<unsigned>((warps + 3) / 4), 128, 0, static_cast<cudaStream_t>(stream)>>>(p);
+  merge_kernel<<<static_cast<unsigned>((warps + 3) / 4), 128, 0,
+                 static_cast<cudaStream_t>(stream)>>>(p);
   FLASHBACK_CUDA_CHECK_LAUNCH("merge_kernel");
 }
 

@@ -31,17 +31,17 @@ inline SplitPlan plan_splits(int64_t ctas, int64_t max_keys, int num_sms, int re
   max_keys = std::max<int64_t>(max_keys, 1);
   if (deterministic) {
     s.split_chunk = kDeterministicSplitKeys;
-    s.num_splits = static_cast<int>((max_keys + kDeterministicSplitKeys - 1) /
-                                    kDeterministicSplitKeys);
+    s.num_splits =
+        static_cast<int>((max_keys + kDeterministicSplitKeys - 1) / kDeterministicSplitKeys);
     s.use_workspace = true;  // always combine, so one split and many give the same bits
     return s;
   }
   if (requested > 0) {
     s.num_splits = std::min(requested, kMaxSplits);
   } else {
-    // Aim for about four CTAs per SM over the launch (two resident x two waves) so the tail
+    // Aim for about eight CTAs per SM over the launch (two resident x four waves) so the tail
     // wave is short, but never splits shorter than kMinSplitKeys.
-    const int64_t target = 4LL * std::max(num_sms, 1);
+    const int64_t target = 8LL * std::max(num_sms, 1);
     const int64_t want = (target + std::max<int64_t>(ctas, 1) - 1) / std::max<int64_t>(ctas, 1);
     const int64_t cap = (max_keys + kMinSplitKeys - 1) / kMinSplitKeys;
     s.num_splits = static_cast<int>(std::clamp<int64_t>(std::min(want, cap), 1, kMaxSplits));

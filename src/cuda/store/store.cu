@@ -29,7 +29,8 @@ __global__ void __launch_bounds__(256) store_kernel(const StoreParams p) {
 void launch_store(const StoreParams& p, void* stream) {
   const int64_t n = static_cast<int64_t>(p.tokens) * p.heads * p.head_dim;
   if (n == 0) return;
-  store_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(p);
+  store_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0,
+                 static_cast<cudaStream_t>(stream)>>>(p);
   FLASHBACK_CUDA_CHECK_LAUNCH("store_kernel");
 }
 
