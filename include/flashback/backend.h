@@ -26,7 +26,10 @@ struct BackendConfig {
   int32_t attention_chunk_size = 0;     ///< C for chunked-local layers (0 = model has none).
   bool deterministic = false;           ///< batch-invariant kernels (fixed split size).
   int num_threads = 0;                  ///< CPU threads (0 = all).
-  void* stream = nullptr;               ///< cudaStream_t for CUDA tensors.
+  void* stream = nullptr;               ///< cudaStream_t for CUDA tensors (see set_stream).
+  Device device{};                      ///< where req_to_token, the KV pools and q/k/v live. CUDA:
+                                        ///< the host-built metadata is mirrored to the device.
+                                        ///< Taken from req_to_token when that is on a GPU.
   bool use_page_table = false;          ///< kernels read an explicit page table (FA3 form) instead
                                         ///< of req_to_token (the default: nothing copied per pass).
   int32_t cuda_graph_fill_seq_len = 1;  ///< seq_len of padded CUDA-graph rows.
@@ -55,10 +58,14 @@ class AttentionBackend {
   AttentionBackend(const AttentionBackend&) = delete;
   AttentionBackend& operator=(const AttentionBackend&) = delete;
   const BackendConfig& config() const { return cfg_; }
+  /// The stream later calls run on (an engine capturing a CUDA graph on its own stream sets it).
+  void set_stream(void* stream) { cfg_.stream = stream; }
 
-  /// Builds the metadata of `batch`, shared by every layer of this forward pass.
+  /// Builds the metadata of `batch`, shared by every layer of this forward pass. On the host
+  /// from the `*_cpu` copies; with a CUDA device the arrays are then copied to a device mirror
+  /// (one asynchronous copy on the stream).
   void init_forward_metadata(const ForwardBatch& batch);
-  const ForwardMetadata& metadata() const;
+  const ForwardMetadata& metadata() const;  ///< the host copy
 
   /// One attention layer. `q` `[T, Hq, D]` (MLA absorbed: `[T, Hq, R + Dr]`, q_nope first);
   /// `k`/`v` this step's new rows `[T, Hk, D]` / `[T, Hk, Dv]` (MLA: `k` the latent rows
@@ -99,12 +106,19 @@ class AttentionBackend {
   void save(const TensorView& k, const TensorView& v, const Layer& layer, const ForwardBatch& batch,
             const LayerCache& cache);
 
+  struct DeviceState;  // device mirror of the metadata + per-layer descales (CUDA builds)
+  void mirror(const std::vector<int32_t>& arena);
+  void adopt_device(const ForwardBatch& batch);
+  TensorView descale(const Layer& layer, bool mla, int64_t entries, int64_t heads_kv);
+
   BackendConfig cfg_;
+  std::unique_ptr<DeviceState> dev_;
+  ForwardMetadata dev_meta_;  // meta_ with every array in the device mirror
   std::unique_ptr<plan::Planner> planner_;
   std::unique_ptr<plan::CudaGraphPlanState> graph_;
   ForwardMetadata graph_meta_;
   const ForwardMetadata* meta_ = nullptr;
-  Tensor descale_k_, descale_v_;  // per-entry descales (host), sized on demand
+  Tensor descale_host_;  // {k_scale, v_scale} of the current layer (host tensors)
 };
 
 /// The multi-step draft backend: one AttentionBackend per draft step 0..num_steps-1 (the last

@@ -3,10 +3,14 @@
 // PagedAttentionParams and call the kernels of ops.h. No attention math lives here.
 #include "flashback/backend.h"
 
+#include <map>
 #include <string>
 
 #include "common/validate.h"
 #include "plan/plan.h"
+#ifdef FLASHBACK_WITH_CUDA
+#include "cuda/memory.h"
+#endif
 
 namespace flashback {
 
@@ -33,7 +37,72 @@ void expect_heads(const TensorView& t, const char* name, int64_t heads, int64_t 
 
 bool is_mla(const LayerCache& c) { return !c.v_cache.defined(); }
 
+// The same list with every array moved from the host arena `from` to its mirror `to`.
+EntryList rebase(EntryList l, const int32_t* from, int32_t* to, Device device) {
+  for (int32_t** p : {&l.table_rows, &l.kv_start, &l.cache_seqlens, &l.cu_seqlens_q,
+                      &l.cu_seqlens_k, &l.source_row, &l.page_table})
+    if (*p != nullptr) *p = to + (*p - from);
+  l.device = device;
+  return l;
+}
+
 }  // namespace
+
+struct AttentionBackend::DeviceState {
+#ifdef FLASHBACK_WITH_CUDA
+  cuda::DeviceBuffer meta;  // mirror of the plan arena
+  // layer_id -> {k_scale, v_scale} on the device, written once (before any graph capture).
+  std::map<int32_t, std::unique_ptr<cuda::DeviceBuffer>> scales;
+#endif
+};
+
+void AttentionBackend::mirror(const std::vector<int32_t>& arena) {
+  if (cfg_.device.type != DeviceType::kCUDA) {
+    dev_meta_ = *meta_;
+    return;
+  }
+#ifdef FLASHBACK_WITH_CUDA
+  if (!dev_) dev_ = std::make_unique<DeviceState>();
+  const size_t bytes = arena.size() * sizeof(int32_t);
+  dev_->meta.reserve(bytes, cfg_.device);
+  cuda::copy_to_device_async(dev_->meta.data(), arena.data(), bytes, cfg_.stream);
+  auto* to = static_cast<int32_t*>(dev_->meta.data());
+  dev_meta_ = *meta_;
+  dev_meta_.self = rebase(meta_->self, arena.data(), to, cfg_.device);
+  dev_meta_.local = rebase(meta_->local, arena.data(), to, cfg_.device);
+  dev_meta_.cross = rebase(meta_->cross, arena.data(), to, cfg_.device);
+#else
+  (void)arena;
+  throw Error("BackendConfig.device", "cpu (this build of flashback has no CUDA support)",
+              to_string(cfg_.device));
+#endif
+}
+
+TensorView AttentionBackend::descale(const Layer& layer, bool mla, int64_t entries,
+                                     int64_t heads_kv) {
+  // Per-layer scalars broadcast over [entries, Hk] with stride 0 (MLA: one scale for the row).
+  const float k = layer.k_scale, v = mla ? layer.k_scale : layer.v_scale;
+  void* base = nullptr;
+  if (cfg_.device.type == DeviceType::kCUDA) {
+#ifdef FLASHBACK_WITH_CUDA
+    if (!dev_) dev_ = std::make_unique<DeviceState>();
+    auto& buf = dev_->scales[layer.layer_id];
+    if (!buf) {
+      buf = std::make_unique<cuda::DeviceBuffer>();
+      buf->reserve(2 * sizeof(float), cfg_.device);
+      const float kv[2] = {k, v};
+      cuda::copy_to_device_async(buf->data(), kv, sizeof(kv), cfg_.stream);
+    }
+    base = buf->data();
+#endif
+  } else {
+    descale_host_ = Tensor(DType::kF32, {2});
+    descale_host_.ptr<float>()[0] = k;
+    descale_host_.ptr<float>()[1] = v;
+    base = descale_host_.data();
+  }
+  return TensorView(base, DType::kF32, {2, entries, heads_kv}, {1, 0, 0}, cfg_.device);
+}
 
 AttentionBackend::AttentionBackend(BackendConfig config)
     : cfg_(config), planner_(std::make_unique<plan::Planner>(plan_config(config))) {
@@ -49,19 +118,35 @@ const ForwardMetadata& AttentionBackend::metadata() const {
   return *meta_;
 }
 
+void AttentionBackend::adopt_device(const ForwardBatch& batch) {
+  // The kernels run where req_to_token lives; an engine may leave BackendConfig::device unset.
+  if (batch.req_to_token.device.type == DeviceType::kCUDA) cfg_.device = batch.req_to_token.device;
+}
+
 void AttentionBackend::init_forward_metadata(const ForwardBatch& batch) {
+  adopt_device(batch);
   meta_ = &planner_->plan(batch);
+  mirror(planner_->arena());
 }
 
 void AttentionBackend::init_cuda_graph_state(int32_t max_bs, int32_t max_context_len) {
   graph_ = std::make_unique<plan::CudaGraphPlanState>(plan_config(cfg_), max_bs, max_context_len);
+#ifdef FLASHBACK_WITH_CUDA
+  // Allocate the mirror now: allocation is not allowed while a graph is being captured.
+  if (cfg_.device.type == DeviceType::kCUDA) {
+    if (!dev_) dev_ = std::make_unique<DeviceState>();
+    dev_->meta.reserve(graph_->arena().size() * sizeof(int32_t), cfg_.device);
+  }
+#endif
 }
 
 void AttentionBackend::init_forward_metadata_capture_cuda_graph(const ForwardBatch& batch) {
   FLASHBACK_CHECK(graph_ != nullptr, "init_forward_metadata_capture_cuda_graph",
                   "init_cuda_graph_state() called first", "no graph state");
+  adopt_device(batch);
   graph_meta_ = graph_->bind(batch);
   meta_ = &graph_meta_;
+  mirror(graph_->arena());
 }
 
 void AttentionBackend::init_forward_metadata_replay_cuda_graph(const ForwardBatch& batch) {
@@ -70,6 +155,7 @@ void AttentionBackend::init_forward_metadata_replay_cuda_graph(const ForwardBatc
                   "none");
   graph_->update(graph_meta_, batch);
   meta_ = &graph_meta_;
+  mirror(graph_->arena());
 }
 
 void AttentionBackend::forward(const TensorView& q, const TensorView& k, const TensorView& v,
@@ -139,12 +225,11 @@ void AttentionBackend::attend(const TensorView& q, const TensorView& out, const 
                       layer.num_q_heads % layer.num_kv_heads == 0,
                   "layer.num_kv_heads", concat("a divisor of num_q_heads ", layer.num_q_heads),
                   std::to_string(layer.num_kv_heads));
-  const LayerPlan lp = plan_for_layer(m, layer);
+  const int32_t total_q = plan_for_layer(m, layer).entries->total_q();  // host copy
   PagedAttentionParams p;
-  bind_params(p, lp, batch.req_to_token, cfg_.use_page_table);
-  FLASHBACK_CHECK(q.ndim == 3 && q.shape[0] == lp.entries->total_q(), "q",
-                  concat(lp.entries->total_q(), " query tokens (the planned batch)"),
-                  q.shape_str());
+  bind_params(p, plan_for_layer(dev_meta_, layer), batch.req_to_token, cfg_.use_page_table);
+  FLASHBACK_CHECK(q.ndim == 3 && q.shape[0] == total_q, "q",
+                  concat(total_q, " query tokens (the planned batch)"), q.shape_str());
   detail::expect_defined(cache.k_cache, "k_cache");
   FLASHBACK_CHECK(cache.k_cache.ndim == 4 && cache.k_cache.shape[1] == cfg_.page_size, "k_cache",
                   concat("[num_pages, ", cfg_.page_size, ", Hk, D] (the backend's page size)"),
@@ -176,14 +261,11 @@ void AttentionBackend::attend(const TensorView& q, const TensorView& out, const 
   p.softmax_scale = layer.scaling;
   p.softcap = layer.logit_cap;
   if (is_fp8(cache.k_cache.dtype)) {
-    // Per-layer scalars broadcast over [entries, Hk] with stride 0.
-    descale_k_ = Tensor(DType::kF32, {1});
-    descale_v_ = Tensor(DType::kF32, {1});
-    descale_k_.ptr<float>()[0] = layer.k_scale;
-    descale_v_.ptr<float>()[0] = is_mla(cache) ? layer.k_scale : layer.v_scale;
-    const int64_t B = p.cache_seqlens.shape[0], Hk = p.k_cache.shape[2];
-    p.k_descale = TensorView(descale_k_.data(), DType::kF32, {B, Hk}, {0, 0}, q.device);
-    p.v_descale = TensorView(descale_v_.data(), DType::kF32, {B, Hk}, {0, 0}, q.device);
+    const TensorView d =
+        descale(layer, is_mla(cache), p.cache_seqlens.shape[0], p.k_cache.shape[2]);
+    p.k_descale = TensorView(d.data, DType::kF32, {d.shape[1], d.shape[2]}, {0, 0}, d.device);
+    p.v_descale = TensorView(static_cast<float*>(d.data) + 1, DType::kF32, {d.shape[1], d.shape[2]},
+                             {0, 0}, d.device);
   }
   paged_attention(p, Exec{cfg_.stream, cfg_.num_threads, Exec::CpuImpl::kFast, cfg_.deterministic});
 }
@@ -214,7 +296,7 @@ void AttentionBackend::forward_extend_mha(const TensorView& q, const TensorView&
                   forward_mode_name(batch.forward_mode));
   detail::expect_defined(lse, "lse");
   // The new tokens attend to themselves: keys = queries, so cu_seqlens_k = cu_seqlens_q.
-  const TensorView cu_q = m.self.cu_seqlens_q_view();
+  const TensorView cu_q = dev_meta_.self.cu_seqlens_q_view();
   ragged_attention(ragged_params(q, k, v, out, lse, cu_q, cu_q, true),
                    Exec{cfg_.stream, cfg_.num_threads, Exec::CpuImpl::kFast, cfg_.deterministic});
 }

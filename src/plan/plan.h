@@ -41,6 +41,8 @@ class Planner {
   /// Builds the metadata of `batch`. The result views storage owned by the planner and stays
   /// valid until the next call.
   const ForwardMetadata& plan(const ForwardBatch& batch);
+  /// The storage every array of the last plan points into (one block, for a device mirror).
+  const std::vector<int32_t>& arena() const { return arena_; }
 
  private:
   PlanConfig cfg_;
@@ -64,6 +66,8 @@ class CudaGraphPlanState {
   void update(ForwardMetadata& m, const ForwardBatch& batch);
 
   int32_t max_bs() const { return max_bs_; }
+  /// The storage every bound array points into (fixed for the state's lifetime).
+  const std::vector<int32_t>& arena() const { return arena_; }
   int32_t max_context_len() const { return max_context_len_; }
   const PlanConfig& config() const { return cfg_; }
 

@@ -43,7 +43,10 @@ BatchRows::BatchRows(const PlanConfig& cfg, const ForwardBatch& batch, int32_t p
   detail::expect_rank(r2t, "req_to_token", 2);
   detail::expect_dtype(r2t, "req_to_token", {DType::kI32});
   detail::expect_last_contiguous(r2t, "req_to_token");
-  FLASHBACK_CHECK(r2t.device.type == DeviceType::kCPU, "req_to_token", "a host tensor",
+  // Only an explicit page table reads req_to_token's contents; otherwise its shape is enough
+  // and it may live on the device (kernels read it there).
+  FLASHBACK_CHECK(r2t.device.type == DeviceType::kCPU || !cfg.materialize_page_table,
+                  "req_to_token", "a host tensor (an explicit page table is built from it)",
                   to_string(r2t.device));
   const int64_t max_reqs = r2t.shape[0];
   int64_t limit = r2t.shape[1];

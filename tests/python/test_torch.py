@@ -355,8 +355,6 @@ def test_cuda_runs_on_the_callers_stream_and_in_a_graph():
 
 @cuda
 @pytest.mark.cuda
-@pytest.mark.xfail(raises=flashback.Error, strict=True,
-                   reason="the backend's plan needs req_to_token on the host: no GPU plan yet")
 @pytest.mark.parametrize("mla", [False, True], ids=["mha", "mla"])
 def test_cuda_backend_decode_step(mla):
     """AttentionBackend with CUDA tensors (host copies of the index arrays for the plan): one
