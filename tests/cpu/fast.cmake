@@ -6,3 +6,9 @@ flashback_add_test(test_fast_ops cpu test_fast_ops.cc)
 # Benchmark of the fast CPU kernels on the cpu workloads (bench/workloads.json); not a test.
 add_executable(bench_cpu_kernels ${PROJECT_SOURCE_DIR}/bench/cpu_kernels.cc)
 target_link_libraries(bench_cpu_kernels PRIVATE flashback_testing OpenMP::OpenMP_CXX)
+
+# Forces Highway's dispatch to each compiled target; same target list as the kernels.
+flashback_add_test(test_fast_targets cpu test_fast_targets.cc)
+target_include_directories(test_fast_targets PRIVATE ${HWY_INCLUDE_DIR})
+target_compile_definitions(test_fast_targets PRIVATE HWY_SHARED_DEFINE HWY_DISABLED_TARGETS=HWY_SSSE3)
+target_link_libraries(test_fast_targets PRIVATE ${HWY_LIBRARY})
