@@ -53,7 +53,7 @@ struct Row {
   double ms, tbps, tflops;
 };
 
-Row bench_one(const json& w, bool deterministic, int reps) {
+Row bench_one(const json& w, bool deterministic, int reps, int splits = 0) {
   const std::string name = w["name"];
   std::vector<int> L;
   if (w.contains("ctx_list"))
@@ -87,6 +87,7 @@ Row bench_one(const json& w, bool deterministic, int reps) {
   c.fill_values = false;
   fb::testing::PagedData d = fb::testing::make_paged(c, 1234);
   d.params.max_seqlen_q = w["q_len"];
+  d.params.num_splits = splits;
   fb::testing::DevicePaged dp = fb::testing::to_device(d, /*copy_values=*/false);
   uint64_t seed = 1;
   for (const fb::Tensor* t : {&d.q, &d.k_cache, &d.v_cache}) {
@@ -120,8 +121,10 @@ Row bench_one(const json& w, bool deterministic, int reps) {
   const Cost k = cost_of(w, L);
   FB_TEST_CUDA(cudaEventDestroy(e0));
   FB_TEST_CUDA(cudaEventDestroy(e1));
-  return {name + (deterministic ? "[deterministic]" : ""), med, k.bytes / (med * 1e-3) / 1e12,
-          k.flops / (med * 1e-3) / 1e12};
+  const std::string tag = deterministic ? "[deterministic]"
+                          : splits > 0  ? "[splits=" + std::to_string(splits) + "]"
+                                        : "";
+  return {name + tag, med, k.bytes / (med * 1e-3) / 1e12, k.flops / (med * 1e-3) / 1e12};
 }
 
 }  // namespace
@@ -152,10 +155,15 @@ int main(int argc, char** argv) {
     const std::string name = w["name"], mode = w["mode"];
     if (mode != "decode" && mode != "target_verify") continue;  // prefill/ragged: issue #7
     if (!only.empty() && ("," + only + ",").find("," + name + ",") == std::string::npos) continue;
-    for (bool det : {false, true}) {
-      if (det && name != "decode_b64_L8k" && name != "decode_b1_L128k") continue;
+    // Default mode; deterministic mode where its cost is reported; a split sweep on one shape
+    // (how sensitive the kernel is to CTA count and per-CTA length).
+    std::vector<std::pair<bool, int>> runs = {{false, 0}};
+    if (name == "decode_b64_L8k" || name == "decode_b1_L128k") runs.push_back({true, 0});
+    if (name == "decode_b64_L8k")
+      for (int s : {1, 4, 16}) runs.push_back({false, s});
+    for (auto [det, splits] : runs) {
       try {
-        rows.push_back(bench_one(w, det, reps));
+        rows.push_back(bench_one(w, det, reps, splits));
         const Row& r = rows.back();
         std::fprintf(stderr, "%-36s %9.4f ms %7.3f TB/s %8.2f TFLOP/s\n", r.workload.c_str(), r.ms,
                      r.tbps, r.tflops);

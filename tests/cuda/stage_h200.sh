@@ -19,7 +19,7 @@ done
 SHARED=${FLASHBACK_SHARED:-$(cd .. && pwd)/shared}
 cp "$SHARED/bench/workloads.json" "$SHARED/bench/peers.py" $S/
 { echo "staged $(date -u +%FT%TZ) from $(git rev-parse --short HEAD)$(git diff --quiet -- src/cuda tests/cuda || echo +local)"; \
-  grep -E "FLASHBACK_HEAD_DIMS|FLASHBACK_CUDA_MLA|FLASHBACK_CUDA_ARCHS" $B/CMakeCache.txt; } > $S/STAGED
+  grep -E "CMAKE_HOME_DIRECTORY|FLASHBACK_HEAD_DIMS|FLASHBACK_CUDA_MLA|FLASHBACK_CUDA_ARCHS" $B/CMakeCache.txt; } > $S/STAGED
 strip $S/cuda_* 2>/dev/null || true
 mkdir -p build/h200pkg
 tar cJf build/h200pkg/h200.tar.xz -C $S .
