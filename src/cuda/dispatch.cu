@@ -1,8 +1,6 @@
 // CUDA dispatch: turns validated entry-point params into the kernels' plain Params structs,
 // checks what only the CUDA path restricts (dtypes, built head dims, 16-byte aligned cache rows,
 // short queries), plans the split-KV grid and launches on the caller's stream.
-#include "cuda/dispatch.h"
-
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -13,14 +11,15 @@
 #include "cuda/common/check.cuh"
 #include "cuda/common/dtype.cuh"
 #include "cuda/decode/launch.h"
+#include "cuda/dispatch.h"
 #include "cuda/merge/merge.h"
 #include "cuda/plan/split_plan.h"
 #include "cuda/prefill/prefill.h"
 #include "cuda/store/store.h"
 
 // The generated list of decode instances (src/cuda/sources.cmake): declarations...
-#define FLASHBACK_DECODE_INSTANCE(D, DV, QV, TN) \
-  namespace flashback::cuda {                    \
+#define FLASHBACK_DECODE_INSTANCE(D, DV, QV, TN)                          \
+  namespace flashback::cuda {                                             \
   void decode_##D##_##DV##_##TN(const DecodeParams&, int, KvKind, void*); \
   }
 #include "flashback_cuda_instances.inc"
@@ -99,11 +98,13 @@ Resolved resolve(const PagedAttentionParams& p, const detail::PagedShape& s, con
   Resolved r;
   FLASHBACK_CHECK(p.q.dtype == DType::kBF16 || p.q.dtype == DType::kF16, "q",
                   "dtype bf16 or f16 on CUDA", dtype_name(p.q.dtype));
-  FLASHBACK_CHECK(p.out.dtype == p.q.dtype, "out", concat("dtype ", dtype_name(p.q.dtype), " (as q)"),
-                  dtype_name(p.out.dtype));
+  FLASHBACK_CHECK(p.out.dtype == p.q.dtype, "out",
+                  concat("dtype ", dtype_name(p.q.dtype), " (as q)"), dtype_name(p.out.dtype));
   const DType kt = p.k_cache.dtype;
-  if (kt == DType::kF8E4M3) r.kv = KvKind::kE4M3;
-  else if (kt == DType::kF8E5M2) r.kv = KvKind::kE5M2;
+  if (kt == DType::kF8E4M3)
+    r.kv = KvKind::kE4M3;
+  else if (kt == DType::kF8E5M2)
+    r.kv = KvKind::kE5M2;
   else
     FLASHBACK_CHECK(kt == p.q.dtype, "k_cache",
                     concat("dtype ", dtype_name(p.q.dtype), " (as q) or fp8 e4m3/e5m2 on CUDA"),
@@ -118,7 +119,7 @@ Resolved resolve(const PagedAttentionParams& p, const detail::PagedShape& s, con
   expect_aligned16(p.k_cache, "k_cache");
   expect_aligned16(p.v_cache, "v_cache");
 
-  int64_t max_q = p.max_seqlen_q > 0 ? p.max_seqlen_q
+  int64_t max_q = p.max_seqlen_q > 0   ? p.max_seqlen_q
                   : s.max_seqlen_q > 0 ? s.max_seqlen_q
                                        : std::min<int64_t>(s.total_q, 16);
   FLASHBACK_CHECK(max_q <= 16, "max_seqlen_q",
@@ -240,15 +241,14 @@ std::string built_paged_instances() {
   return out;
 }
 
-int64_t paged_attention_workspace_bytes(const PagedAttentionParams& p,
-                                        const detail::PagedShape& s, const Exec& exec) {
+int64_t paged_attention_workspace_bytes(const PagedAttentionParams& p, const detail::PagedShape& s,
+                                        const Exec& exec) {
   if (prefill::takes(p, s)) return 0;  // long queries: no split-KV workspace
   DeviceGuard guard(s.device.index);
   return resolve(p, s, exec).ws_bytes;
 }
 
-void paged_attention(const PagedAttentionParams& p, const detail::PagedShape& s,
-                     const Exec& exec) {
+void paged_attention(const PagedAttentionParams& p, const detail::PagedShape& s, const Exec& exec) {
   DeviceGuard guard(s.device.index);
   if (prefill::takes(p, s)) return prefill::paged_attention(p, s, exec);
   Resolved r = resolve(p, s, exec);

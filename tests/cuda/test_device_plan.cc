@@ -28,9 +28,10 @@ struct PlanSetup {
 };
 
 std::string name(const PlanSetup& s) {
-  return std::string(forward_mode_name(s.mode)) + " P=" + std::to_string(s.P) + " C=" +
-         std::to_string(s.C) + (s.table ? " table" : "") + " step=" + std::to_string(s.step) +
-         " N=" + std::to_string(s.N) + (s.encoder ? " enc" : "");
+  return std::string(forward_mode_name(s.mode)) + " P=" + std::to_string(s.P) +
+         " C=" + std::to_string(s.C) + (s.table ? " table" : "") +
+         " step=" + std::to_string(s.step) + " N=" + std::to_string(s.N) +
+         (s.encoder ? " enc" : "");
 }
 
 std::vector<int32_t> fetch(const int32_t* dev, int64_t n) {
@@ -81,7 +82,8 @@ TEST(CudaDevicePlan, EqualsHostGraphPlanAcrossModesAndReplays) {
     std::shuffle(pages.begin(), pages.end(), rng);
     for (int r = 1; r < rows; ++r)
       for (int t = 0; t < max_ctx; ++t)
-        r2t.ptr<int32_t>()[r * max_ctx + t] = pages[(r * pages_per_row + t / s.P) % pages.size()] * s.P + t % s.P;
+        r2t.ptr<int32_t>()[r * max_ctx + t] =
+            pages[(r * pages_per_row + t / s.P) % pages.size()] * s.P + t % s.P;
 
     plan::PlanConfig cfg;
     cfg.page_size = s.P;

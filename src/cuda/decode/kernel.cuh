@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(Cfg::THREADS) decode_kernel(const DecodeParams
   const unsigned char* kbase = static_cast<const unsigned char*>(p.k) + g * p.k_sh * EB;
   const unsigned char* vbase = static_cast<const unsigned char*>(p.v) + g * p.v_sh * EB;
   const int32_t* trow_ptr = p.table + static_cast<int64_t>(trow) * p.table_s0;
-  auto fetch_entries = [&](int tile, int32_t (&ent)[ITERS]) {
+  auto fetch_entries = [&](int tile, int32_t(&ent)[ITERS]) {
     constexpr int C = D * EB / 16 + DV * EB / 16;
     const int t0 = begin + tile * N;
 #pragma unroll
@@ -158,7 +158,7 @@ __global__ void __launch_bounds__(Cfg::THREADS) decode_kernel(const DecodeParams
       }
     }
   };
-  auto load_tile = [&](int tile, int stage, const int32_t (&ent)[ITERS]) {
+  auto load_tile = [&](int tile, int stage, const int32_t(&ent)[ITERS]) {
     constexpr int CK = D * EB / 16, C = CK + DV * EB / 16;
     unsigned char* dst0 = sStage + stage * Cfg::STAGE_BYTES;
     const int t0 = begin + tile * N;

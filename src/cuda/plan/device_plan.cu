@@ -1,14 +1,13 @@
 // One-launch device plan for the fixed-query modes. Every block fills a grid-stride share of the
 // per-entry arrays and page tables; block 0 alone does the prefix sums (cu_seqlens), recomputing
 // the lengths it needs instead of reading other blocks' writes, so no grid-wide sync is needed.
-#include "cuda/plan/device_plan.h"
-
 #include <cuda_runtime.h>
 
 #include <algorithm>
 
 #include "common/validate.h"
 #include "cuda/common/check.cuh"
+#include "cuda/plan/device_plan.h"
 #include "plan/build.h"
 
 namespace flashback::cuda {
@@ -170,7 +169,8 @@ __global__ void __launch_bounds__(1024) plan_kernel(const Args a) {
       const int32_t pages = (x.kv + a.P - 1) / a.P;
       int32_t v = 0;
       if (j < pages)
-        v = a.r2t[x.row * a.r2t_s0 + (static_cast<int64_t>(x.start) + int64_t{j} * a.P) * a.r2t_s1] /
+        v = a.r2t[x.row * a.r2t_s0 +
+                  (static_cast<int64_t>(x.start) + int64_t{j} * a.P) * a.r2t_s1] /
             a.P;
       l.table[i] = v;
     }
@@ -191,8 +191,8 @@ Index index_of(const TensorView& t) {
 }
 
 List list_of(const EntryList& l) {
-  return {l.table_rows, l.kv_start, l.cache_seqlens, l.source_row,
-          l.cu_seqlens_q, l.cu_seqlens_k, l.page_table, l.page_table_width};
+  return {l.table_rows,   l.kv_start,     l.cache_seqlens, l.source_row,
+          l.cu_seqlens_q, l.cu_seqlens_k, l.page_table,    l.page_table_width};
 }
 
 void expect_device_index(const TensorView& t, const char* name, int64_t n) {
@@ -251,8 +251,7 @@ void DeviceGraphPlanState::update(ForwardMetadata& m, const ForwardBatch& batch,
   FLASHBACK_CHECK(m.self.table_rows == buffers_.self.table_rows, "metadata",
                   "metadata bound by this device graph state", "other metadata");
   FLASHBACK_CHECK(batch.batch_size >= 0 && batch.batch_size <= m.batch_size, "batch_size",
-                  concat("<= ", m.batch_size, " (the bound batch size)"),
-                  concat(batch.batch_size));
+                  concat("<= ", m.batch_size, " (the bound batch size)"), concat(batch.batch_size));
   const bool verify = m.mode == ForwardMode::kTargetVerify;
   const int32_t q_fixed = verify ? m.spec.num_draft_tokens : 1;
   const int32_t kv_extra = verify ? m.spec.num_draft_tokens : m.spec.draft_step + 1;
@@ -307,10 +306,11 @@ void DeviceGraphPlanState::update(ForwardMetadata& m, const ForwardBatch& batch,
     m.cross.max_seqlen_k = max_context_len_;
     m.cross.causal = false;
   }
-  const int64_t work = std::max<int64_t>(
-      int64_t{m.batch_size} * std::max({a.slots, 1}) *
-          std::max({m.self.page_table_width, m.local.page_table_width, m.cross.page_table_width, 1}),
-      1);
+  const int64_t work =
+      std::max<int64_t>(int64_t{m.batch_size} * std::max({a.slots, 1}) *
+                            std::max({m.self.page_table_width, m.local.page_table_width,
+                                      m.cross.page_table_width, 1}),
+                        1);
   const int blocks = static_cast<int>(std::clamp<int64_t>((work + 1023) / 1024, 1, 264));
   plan_kernel<<<blocks, 1024, 0, static_cast<cudaStream_t>(stream)>>>(a);
   FLASHBACK_CUDA_CHECK_LAUNCH("plan_kernel");
