@@ -9,15 +9,19 @@ struct PrefillConfig {
   static constexpr int D = D_;    // q/k head dim
   static constexpr int DV = DV_;  // v head dim
   static constexpr bool FP8 = FP8_;
-  // Each warp owns 16 query rows and keeps its S tile (N/2 fp32) and O tile (DV/2 fp32) in
-  // registers. Up to 128+128 wide: 8 warps (128 rows) so each K/V byte brought into shared memory
-  // serves 128 queries; wider heads: 4 warps, since the O tile alone is 96-128 registers and two
-  // CTAs of 64 rows hide latency better than one of 128.
-  static constexpr int WARPS = (D + DV) <= 256 ? 8 : 4;
+  // Each warp owns MT m-tiles of 16 query rows and keeps their S tiles (MT N/2 fp32) and O tiles
+  // (MT DV/2 fp32) in registers. Up to 128 wide: MT = 2 (as FlashAttention-2 does), so every K
+  // and V fragment read from shared memory feeds two mma.sync, halving shared-memory traffic per
+  // FLOP; 4 warps (128 rows, ~250 registers) let two CTAs share an SM. Wider heads: MT = 1 (the
+  // O tile alone is 96-128 registers), 8 warps when D + DV <= 256 else 4.
+  static constexpr int MT = (D <= 128 && DV <= 128) ? 2 : 1;
+  static constexpr int WARPS = MT == 2 ? 4 : (D + DV) <= 256 ? 8 : 4;
   static constexpr int THREADS = 32 * WARPS;
-  static constexpr int BM = 16 * WARPS;  // query rows per CTA
-  // Keys per tile: 64 keeps S at 32 registers; 32 for wide heads keeps S + O under ~160.
-  static constexpr int N = (D <= 128 && DV <= 128) ? 64 : 32;
+  static constexpr int BM = 16 * MT * WARPS;  // query rows per CTA
+  // Keys per tile: 32 keeps S at MT * 16 registers; with N = 64 and MT = 2 the 128-wide
+  // instances reach 255 registers and spill ~170 bytes (ptxas, sm_90a); N = 32 compiles
+  // spill-free for 16-bit caches (fp8 variants spill 32 bytes).
+  static constexpr int N = 32;
   static constexpr int EB = FP8 ? 1 : 2;  // bytes per cache element
   static constexpr int STAGES = 2;        // cp.async double buffering of K/V tiles
   // Row pitches padded by 16 bytes so the 8 rows an ldmatrix reads fall in distinct banks.

@@ -5,14 +5,15 @@
 //
 // One CTA = (block of BM queries, q head, batch entry); it loops over further query blocks when
 // an entry is longer than the grid assumed, so a short max_seqlen_q hint is never wrong, only
-// slower. Each warp owns 16 query rows: S = Q K^T lands in registers, the online softmax runs
-// there (a row lives in a quad of lanes), and P is re-packed as the A operand of P V without
-// touching shared memory. K/V tiles of N keys are double-buffered with cp.async; only the tiles
-// that intersect the block's visible key range (SPEC.md §2: bottom-right causal, window) are
-// visited, a warp skips tiles its rows cannot see, and per-element masking runs only on tiles
-// that straddle a row's range. FP8 caches are widened exactly to q's 16-bit type in shared
-// memory; descales fold into the logits (k) and the final normalisation (v). There is no split
-// over keys, so a request's bits never depend on its batch (the deterministic mode holds).
+// slower. Each warp owns MT m-tiles of 16 query rows (config.h): S = Q K^T lands in registers,
+// the online softmax runs there (a row lives in a quad of lanes), and P is re-packed as the A
+// operand of P V without touching shared memory. K/V tiles of N keys are double-buffered with
+// cp.async; only the tiles that intersect the block's visible key range (SPEC.md §2:
+// bottom-right causal, window) are visited, a warp skips tiles its rows cannot see, and
+// per-element masking runs only on tiles that straddle a row's range. FP8 caches are widened
+// exactly to q's 16-bit type in shared memory; descales fold into the logits (k) and the final
+// normalisation (v). There is no split over keys, so a request's bits never depend on its batch
+// (the deterministic mode holds).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -59,7 +60,7 @@ struct Entry {
 
 template <typename Cfg, typename T, KvKind KV>
 struct PrefillKernel {
-  static constexpr int D = Cfg::D, DV = Cfg::DV, N = Cfg::N, BM = Cfg::BM;
+  static constexpr int D = Cfg::D, DV = Cfg::DV, N = Cfg::N, BM = Cfg::BM, MT = Cfg::MT;
   static constexpr int THREADS = Cfg::THREADS, EB = Cfg::EB;
   static constexpr int QP = Cfg::QP, KP = Cfg::KP, VP = Cfg::VP;
   static constexpr bool FP8 = Cfg::FP8;
@@ -142,21 +143,22 @@ struct PrefillKernel {
     const int end = hi + 1;
     const int ntiles = hi >= lo ? (hi - lo + N) / N : 0;
 
-    // This warp's rows, for tile skipping and mask elision.
-    const int wfirst = row0 + warp * 16, wlast = min(wfirst + 15, e.q_len - 1);
+    // This warp's 16 MT rows, for tile skipping and mask elision.
+    constexpr int WR = 16 * MT;
+    const int wfirst = row0 + warp * WR, wlast = min(wfirst + WR - 1, e.q_len - 1);
     const bool warp_live = wfirst < e.q_len;
     Range wr_first{1, 0}, wr_last{1, 0};
     if (warp_live) {
       wr_first = visible(p, wfirst, e.q_len, e.kv_len);
       wr_last = visible(p, wlast, e.q_len, e.kv_len);
     }
-    const bool warp_full = wfirst + 15 < e.q_len;  // all 16 rows are real queries
-    // This thread's two rows (lane / 4 and lane / 4 + 8 of the warp's 16).
-    Range rr[2];
+    const bool warp_full = wfirst + WR - 1 < e.q_len;  // all rows are real queries
+    // This thread's rows: 2 per m-tile (lane / 4 and lane / 4 + 8), slot 2 mt + i.
+    Range rr[2 * MT];
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int r = wfirst + (lane >> 2) + 8 * i;
-      rr[i] = r < e.q_len ? visible(p, r, e.q_len, e.kv_len) : Range{1, 0};
+    for (int ri = 0; ri < 2 * MT; ++ri) {
+      const int r = wfirst + (ri >> 1) * 16 + (lane >> 2) + 8 * (ri & 1);
+      rr[ri] = r < e.q_len ? visible(p, r, e.q_len, e.kv_len) : Range{1, 0};
     }
 
     // Q rows (zeros past the entry) join the first tile's copy group.
@@ -176,10 +178,18 @@ struct PrefillKernel {
     if (ntiles > 0) load_kv(p, e, sStage, kbase, vbase, lo, end);
     cp_async_commit();
 
-    float acc[DV / 8][4];
+    float acc[MT][DV / 8][4];
 #pragma unroll
-    for (int u = 0; u < DV / 8; ++u) acc[u][0] = acc[u][1] = acc[u][2] = acc[u][3] = 0.f;
-    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int u = 0; u < DV / 8; ++u)
+        acc[mt][u][0] = acc[mt][u][1] = acc[mt][u][2] = acc[mt][u][3] = 0.f;
+    float m_run[2 * MT], l_run[2 * MT];
+#pragma unroll
+    for (int ri = 0; ri < 2 * MT; ++ri) {
+      m_run[ri] = -INFINITY;
+      l_run[ri] = 0.f;
+    }
     const float sk = p.scale * e.kd;  // logit = softcap(scale * kd * (q . k_stored))
 
     for (int j = 0; j < ntiles; ++j) {
@@ -202,83 +212,105 @@ struct PrefillKernel {
       // A warp whose rows see none of this tile leaves its state untouched (alpha = 1, P = 0).
       if (!warp_live || t0 > wr_last.hi || t0 + N - 1 < wr_first.lo) continue;
 
-      // S = Q K^T for the warp's 16 rows x N keys.
-      float s[N / 8][4];
+      // S = Q K^T for the warp's rows x N keys; each K fragment serves MT m-tiles.
+      float s[MT][N / 8][4];
 #pragma unroll
-      for (int u = 0; u < N / 8; ++u) s[u][0] = s[u][1] = s[u][2] = s[u][3] = 0.f;
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int u = 0; u < N / 8; ++u) s[mt][u][0] = s[mt][u][1] = s[mt][u][2] = s[mt][u][3] = 0.f;
 #pragma unroll
       for (int ks = 0; ks < D / 16; ++ks) {
-        uint32_t a[4];
-        ldmatrix_x4(a, sQ + (warp * 16 + (lane & 15)) * QP + ks * 16 + (lane >> 4) * 8);
+        uint32_t a[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+          ldmatrix_x4(a[mt],
+                      sQ + (warp * WR + mt * 16 + (lane & 15)) * QP + ks * 16 + (lane >> 4) * 8);
 #pragma unroll
         for (int kb = 0; kb < N / 16; ++kb) {
           uint32_t bb[4];
           ldmatrix_x4(bb, Kt + (kb * 16 + (lane & 7) + ((lane >> 4) << 3)) * KP + ks * 16 +
                               ((lane >> 3) & 1) * 8);
-          mma16816<T>(s[2 * kb], a, bb[0], bb[1]);
-          mma16816<T>(s[2 * kb + 1], a, bb[2], bb[3]);
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            mma16816<T>(s[mt][2 * kb], a[mt], bb[0], bb[1]);
+            mma16816<T>(s[mt][2 * kb + 1], a[mt], bb[2], bb[3]);
+          }
         }
       }
 
       // Online softmax in base 2. Masking is needed only where the tile straddles a row's range.
       const bool full = warp_full && t0 >= wr_last.lo && t0 + N - 1 <= wr_first.hi;
-      float mx[2] = {-INFINITY, -INFINITY};
+      float mx[2 * MT];
 #pragma unroll
-      for (int u = 0; u < N / 8; ++u)
+      for (int ri = 0; ri < 2 * MT; ++ri) mx[ri] = -INFINITY;
 #pragma unroll
-        for (int x = 0; x < 4; ++x) {
-          float v = s[u][x] * sk;
-          if (p.softcap > 0.f) v = p.softcap * tanhf(v / p.softcap);
-          v *= kLog2e;
-          if (!full) {
-            const int t = t0 + u * 8 + 2 * (lane & 3) + (x & 1);
-            const Range& r = rr[x >> 1];
-            if (t < r.lo || t > r.hi) v = -INFINITY;
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int u = 0; u < N / 8; ++u)
+#pragma unroll
+          for (int x = 0; x < 4; ++x) {
+            const int ri = 2 * mt + (x >> 1);
+            float v = s[mt][u][x] * sk;
+            if (p.softcap > 0.f) v = p.softcap * tanhf(v / p.softcap);
+            v *= kLog2e;
+            if (!full) {
+              const int t = t0 + u * 8 + 2 * (lane & 3) + (x & 1);
+              if (t < rr[ri].lo || t > rr[ri].hi) v = -INFINITY;
+            }
+            s[mt][u][x] = v;
+            mx[ri] = fmaxf(mx[ri], v);
           }
-          s[u][x] = v;
-          mx[x >> 1] = fmaxf(mx[x >> 1], v);
-        }
-      float alpha[2];
+      float alpha[2 * MT];
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-        const float m_new = fmaxf(m_run[i], mx[i]);
-        alpha[i] = m_new == -INFINITY ? 1.f : exp2f(m_run[i] - m_new);
-        m_run[i] = m_new;
-        l_run[i] *= alpha[i];  // per-thread partial sums; the quad is reduced at the end
+      for (int ri = 0; ri < 2 * MT; ++ri) {
+        mx[ri] = fmaxf(mx[ri], __shfl_xor_sync(0xffffffffu, mx[ri], 1));
+        mx[ri] = fmaxf(mx[ri], __shfl_xor_sync(0xffffffffu, mx[ri], 2));
+        const float m_new = fmaxf(m_run[ri], mx[ri]);
+        alpha[ri] = m_new == -INFINITY ? 1.f : exp2f(m_run[ri] - m_new);
+        m_run[ri] = m_new;
+        l_run[ri] *= alpha[ri];  // per-thread partial sums; the quad is reduced at the end
       }
 #pragma unroll
-      for (int u = 0; u < N / 8; ++u)
+      for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-        for (int x = 0; x < 4; ++x) {
-          const float m = m_run[x >> 1];
-          const float pr = m == -INFINITY ? 0.f : exp2f(s[u][x] - m);
-          s[u][x] = pr;
-          l_run[x >> 1] += pr;
+        for (int u = 0; u < N / 8; ++u)
+#pragma unroll
+          for (int x = 0; x < 4; ++x) {
+            const int ri = 2 * mt + (x >> 1);
+            const float pr = m_run[ri] == -INFINITY ? 0.f : exp2f(s[mt][u][x] - m_run[ri]);
+            s[mt][u][x] = pr;
+            l_run[ri] += pr;
+          }
+#pragma unroll
+        for (int u = 0; u < DV / 8; ++u) {
+          acc[mt][u][0] *= alpha[2 * mt];
+          acc[mt][u][1] *= alpha[2 * mt];
+          acc[mt][u][2] *= alpha[2 * mt + 1];
+          acc[mt][u][3] *= alpha[2 * mt + 1];
         }
-#pragma unroll
-      for (int u = 0; u < DV / 8; ++u) {
-        acc[u][0] *= alpha[0];
-        acc[u][1] *= alpha[0];
-        acc[u][2] *= alpha[1];
-        acc[u][3] *= alpha[1];
       }
 
-      // O += P V: the S accumulators of keys [16 kk, 16 kk + 16) are exactly the A fragment.
+      // O += P V: the S accumulators of keys [16 kk, 16 kk + 16) are exactly the A fragment;
+      // each V fragment serves MT m-tiles.
 #pragma unroll
       for (int kk = 0; kk < N / 16; ++kk) {
-        uint32_t a[4];
-        a[0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
-        a[1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
-        a[2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        a[3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        uint32_t a[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          a[mt][0] = pack2<T>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+          a[mt][1] = pack2<T>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+          a[mt][2] = pack2<T>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+          a[mt][3] = pack2<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+        }
 #pragma unroll
         for (int dp = 0; dp < DV / 16; ++dp) {
           uint32_t bv[4];
           ldsm_x4_t(bv, Vt + (kk * 16 + (lane & 15)) * VP + dp * 16 + (lane >> 4) * 8);
-          mma16816<T>(acc[2 * dp], a, bv[0], bv[1]);
-          mma16816<T>(acc[2 * dp + 1], a, bv[2], bv[3]);
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            mma16816<T>(acc[mt][2 * dp], a[mt], bv[0], bv[1]);
+            mma16816<T>(acc[mt][2 * dp + 1], a[mt], bv[2], bv[3]);
+          }
         }
       }
     }
@@ -286,22 +318,23 @@ struct PrefillKernel {
 
     // Epilogue: normalise (with the value descale) and write; empty rows give zeros, LSE -inf.
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 1);
-      l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 2);
-      const int r = wfirst + (lane >> 2) + 8 * i;
+    for (int ri = 0; ri < 2 * MT; ++ri) {
+      const int mt = ri >> 1, i = ri & 1;
+      l_run[ri] += __shfl_xor_sync(0xffffffffu, l_run[ri], 1);
+      l_run[ri] += __shfl_xor_sync(0xffffffffu, l_run[ri], 2);
+      const int r = wfirst + mt * 16 + (lane >> 2) + 8 * i;
       if (r >= e.q_len) continue;
       const int64_t tok = e.q0 + r;
-      const float inv = l_run[i] > 0.f ? e.vd / l_run[i] : 0.f;
+      const float inv = l_run[ri] > 0.f ? e.vd / l_run[ri] : 0.f;
       T* o = static_cast<T*>(p.out) + tok * p.out_st + static_cast<int64_t>(h) * p.out_sh +
              2 * (lane & 3);
 #pragma unroll
       for (int u = 0; u < DV / 8; ++u)
         *reinterpret_cast<uint32_t*>(o + u * 8) =
-            pack2<T>(acc[u][2 * i] * inv, acc[u][2 * i + 1] * inv);
+            pack2<T>(acc[mt][u][2 * i] * inv, acc[mt][u][2 * i + 1] * inv);
       if (p.lse && (lane & 3) == 0)
         p.lse[tok * p.lse_st + static_cast<int64_t>(h) * p.lse_sh] =
-            l_run[i] > 0.f ? (m_run[i] + log2f(l_run[i])) * kLn2 : -INFINITY;
+            l_run[ri] > 0.f ? (m_run[ri] + log2f(l_run[ri])) * kLn2 : -INFINITY;
     }
   }
 };
