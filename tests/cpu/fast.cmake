@@ -10,5 +10,5 @@ target_link_libraries(bench_cpu_kernels PRIVATE flashback_testing OpenMP::OpenMP
 # Forces Highway's dispatch to each compiled target; same target list as the kernels.
 flashback_add_test(test_fast_targets cpu test_fast_targets.cc)
 target_include_directories(test_fast_targets PRIVATE ${HWY_INCLUDE_DIR})
-target_compile_definitions(test_fast_targets PRIVATE HWY_SHARED_DEFINE HWY_DISABLED_TARGETS=HWY_SSSE3)
+target_compile_definitions(test_fast_targets PRIVATE HWY_SHARED_DEFINE "${FLASHBACK_HWY_DISABLED}")
 target_link_libraries(test_fast_targets PRIVATE ${HWY_LIBRARY})
