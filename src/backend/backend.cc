@@ -50,7 +50,8 @@ EntryList rebase(EntryList l, const int32_t* from, int32_t* to, Device device) {
 
 struct AttentionBackend::DeviceState {
 #ifdef FLASHBACK_WITH_CUDA
-  cuda::DeviceBuffer meta;  // mirror of the plan arena
+  cuda::DeviceBuffer meta;       // mirror of the plan arena
+  cuda::DeviceBuffer workspace;  // split-KV partial results
   // layer_id -> {k_scale, v_scale} on the device, written once (before any graph capture).
   std::map<int32_t, std::unique_ptr<cuda::DeviceBuffer>> scales;
 #endif
@@ -267,7 +268,20 @@ void AttentionBackend::attend(const TensorView& q, const TensorView& out, const 
     p.v_descale = TensorView(static_cast<float*>(d.data) + 1, DType::kF32, {d.shape[1], d.shape[2]},
                              {0, 0}, d.device);
   }
-  paged_attention(p, Exec{cfg_.stream, cfg_.num_threads, Exec::CpuImpl::kFast, cfg_.deterministic});
+  const Exec exec{cfg_.stream, cfg_.num_threads, Exec::CpuImpl::kFast, cfg_.deterministic};
+  if (cfg_.device.type == DeviceType::kCUDA) {
+#ifdef FLASHBACK_WITH_CUDA
+    // Split-KV workspace, grown on demand and never shrunk: engines warm up eagerly before
+    // capturing a graph (as SGLang does), so no allocation happens inside a capture.
+    const int64_t bytes = paged_attention_workspace_bytes(p, exec);
+    if (bytes > 0) {
+      dev_->workspace.reserve(static_cast<size_t>(bytes), cfg_.device);
+      p.workspace = TensorView(dev_->workspace.data(), DType::kU8,
+                               {static_cast<int64_t>(dev_->workspace.size())}, cfg_.device);
+    }
+#endif
+  }
+  paged_attention(p, exec);
 }
 
 namespace {

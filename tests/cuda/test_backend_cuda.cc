@@ -184,6 +184,8 @@ TEST(CudaBackend, GraphReplayWithNewLengths) {
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   gpu.init_forward_metadata_capture_cuda_graph(b0);  // before capture: bind + first mirror copy
+  // Eager warm-up (as engines do before capturing): sizes the split-KV workspace.
+  gpu.forward(m.rebase(q), m.rebase(k), m.rebase(v), m.rebase(out), w.layer, b0, dev_cache, false);
   FB_TEST_CUDA(cudaStreamSynchronize(stream));
   FB_TEST_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
   gpu.forward(m.rebase(q), m.rebase(k), m.rebase(v), m.rebase(out), w.layer, b0, dev_cache);
