@@ -48,8 +48,8 @@ TEST(TraceTest, DamagedCacheIsCaught) {
     TraceOptions o;
     o.page_size = P;
     o.seed = 11;
-    o.steps = 30;
-    o.corrupt_at_step = 15;
+    o.steps = 24;
+    o.corrupt_at_step = 12;
     const TraceReport rep = run_trace(o);
     EXPECT_GT(rep.failures(), 0) << "P=" << P;
     // Only the damaged layer (layer 0: full / mla) may disagree.
