@@ -447,6 +447,13 @@ const std::vector<Mutation>& mutations() {
        [](Call& c, auto& rng) { c.fb.batch_size = c.B == 0 || rng() % 2 ? c.B + 1 : c.B - 1; }},
       {"negative batch_size", [](const Call&) { return true; },
        [](Call& c, auto&) { c.fb.batch_size = -1; }},
+      {"seq_lens on a device without a host copy", has_rows,
+       [](Call& c, auto&) {
+         c.fb.seq_lens.device = {DeviceType::kCUDA, 0};
+         c.fb.seq_lens_cpu = {};
+       }},
+      {"out_cache_loc missing", [](const Call& c) { return saves(c) && !c.cross(); },
+       [](Call& c, auto&) { c.fb.out_cache_loc = {}; }},
       {"seq_lens of another dtype", has_rows,
        [](Call& c, auto&) { c.fb.seq_lens = c.hold(Tensor(DType::kF32, {c.B})); }},
       {"out heads != layer", attn,
