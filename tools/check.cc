@@ -208,7 +208,9 @@ int usage(int code) {
       "Runs the serving trace (every forward mode and layer kind through the backend, each\n"
       "output checked against the fp64 oracle) for page sizes 1 and 16 (or --page-size P), with\n"
       "--steps engine steps per model (default 700), then randomized kernel suites of\n"
-      "steps / 4 cases each. Prints, per mode and layer kind, tokens, max error and pass/fail;\n"
+      "steps / 4 cases each (a run too short to reach every mode and layer kind reports the\n"
+      "missing ones as failures). Prints, per mode and layer kind, tokens, max error and\n"
+      "pass/fail; "
       "the last line is `N passed, M failed`; the exit code is non-zero on any failure.\n");
   return code;
 }

@@ -65,6 +65,7 @@ BackendConfig Engine::backend_config() const {
     if (s.kind == Kind::kLocal) c.attention_chunk_size = chunk_;
   c.num_threads = opt_.num_threads;
   c.use_page_table = model_.use_page_table;
+  c.deterministic = model_.deterministic;
   c.cuda_graph_fill_seq_len = 1;
   c.max_draft_tokens = kVerifyTokens;
   return c;

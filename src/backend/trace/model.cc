@@ -80,6 +80,7 @@ ModelSpec mla_model() {
   m.name = "mla";
   m.act = DType::kF16;
   m.use_page_table = true;  // the FA3 page-table form; model 1 reads req_to_token directly
+  m.deterministic = true;   // batch-invariant kernels; model 1 runs the default ones
   constexpr int32_t kLatent = 64, kRope = 32;  // R and Dr (DeepSeek: 512 and 64)
   auto mla = [&](Kind kind, DType cache) {
     LayerSpec s{kind, Layer{}, cache};

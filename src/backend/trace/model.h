@@ -49,11 +49,12 @@ struct ModelSpec {
   bool encoder = false;           // encoder-decoder requests (cross layers)
   int32_t draft_layer = -1;       // index of the EAGLE draft layer in `layers`, -1 = none
   bool use_page_table = false;    // BackendConfig::use_page_table
+  bool deterministic = false;     // BackendConfig::deterministic
 };
 
 /// Model 1: full, sliding-window, chunked-local, softcap, cross, FP8 e4m3 / e5m2 + a draft layer.
 ModelSpec hybrid_model();
-/// Model 2: MLA (absorbed bf16-free f16 latent, FP8 latent, chunked-prefix layer).
+/// Model 2: MLA (absorbed over an f16 latent, over an FP8 latent, chunked-prefix layer).
 ModelSpec mla_model();
 
 }  // namespace flashback::trace
