@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# One GPU-machine call that checks and measures everything CUDA: every gpu test binary, a
+# compute-sanitizer memcheck subset, then `flashback bench --device cuda` and peers.py in the
+# same run (bench/compare.py run). Short table last; logs under $OUT.
+#   stage (build machine):  bash scripts/gpu_final.sh stage BUILD_DIR   -> build/gpupkg/pkg.tar.xz
+#   run (GPU machine):      bash scripts/gpu_final.sh run               (carry ["build/gpupkg"])
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+mode=${1:-run}
+TESTS="cuda_test_decode cuda_test_batch_graph cuda_test_merge_store cuda_test_device_plan cuda_test_prefill cuda_test_backend_cuda"
+if [[ $mode == stage ]]; then
+  B=$2 S=build/gpustage
+  rm -rf $S && mkdir -p $S/lib build/gpupkg
+  for t in $TESTS; do cp $B/tests/cuda/$t $S/; done
+  cp $B/tools/flashback $S/
+  for l in libhwy.so.1 libgomp.so.1; do
+    p=$(ldconfig -p | awk -v l=$l '$1 == l {print $NF; exit}'); [[ -n $p ]] && cp -L "$p" $S/lib/
+  done
+  cp bench/workloads.json bench/compare.py ../shared/bench/peers.py $S/
+  grep -E "FLASHBACK_HEAD_DIMS|FLASHBACK_CUDA_MLA" $B/CMakeCache.txt > $S/STAGED
+  strip $S/cuda_* $S/flashback
+  tar cJf build/gpupkg/pkg.tar.xz -C $S . && du -sh build/gpupkg
+  exit 0
+fi
+OUT=${OUT:-$PWD/out-gpu}; LOGS=$OUT/logs; mkdir -p $LOGS
+BIN=build/gpustage
+rm -rf $BIN && mkdir -p $BIN
+python3 -c "import tarfile; tarfile.open('build/gpupkg/pkg.tar.xz').extractall('$BIN')"
+export LD_LIBRARY_PATH=$PWD/$BIN/lib:${LD_LIBRARY_PATH:-}
+nvidia-smi --query-gpu=name,driver_version --format=csv > $LOGS/env.txt 2>&1; cat $BIN/STAGED >> $LOGS/env.txt
+summary=()
+step() {  # name, timeout, command...
+  local name=$1 to=$2; shift 2
+  local t0=$SECONDS
+  timeout $to "$@" > $LOGS/$name.log 2>&1
+  local rc=$?
+  summary+=("$(printf '%-28s rc=%-3s %4ss  %s' $name $rc $((SECONDS - t0)) "$(grep -E '^\[  (PASSED|FAILED)  \]|ERROR SUMMARY' $LOGS/$name.log | tr '\n' ' ')")")
+  echo "${summary[-1]}"; grep -E '^\[  FAILED  \]' $LOGS/$name.log | head -12
+}
+for t in $TESTS; do step $t 50 $BIN/$t; done
+step memcheck_decode 45 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda_test_decode \
+  --gtest_filter='CudaDecode.Splits:CudaDecode.TableRowsAndKvStart'
+step memcheck_backend 45 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda_test_backend_cuda
+step bench 170 python3 $BIN/compare.py run --bin $BIN/flashback --peers-py $BIN/peers.py \
+  --outdir $OUT/bench --name h200
+echo; echo "== bench table"; cat $OUT/bench/*.md 2>/dev/null | head -40
+echo; echo "== summary"; printf '%s\n' "${summary[@]}" | tee $OUT/summary.txt
+tar czf $OUT/logs.tgz -C $LOGS . && rm -rf $LOGS
