@@ -19,8 +19,9 @@ struct Result {
 };
 
 // Runs entry x of d's batch alone (views into the same inputs) with `threads`.
-Result run_alone(const PagedData& d, int64_t x, int threads) {
+Result run_alone(const PagedData& d, int64_t x, int threads, int num_splits) {
   PagedAttentionParams p = d.params;
+  p.num_splits = num_splits;
   const int32_t* cu = d.cu_seqlens_q.ptr<int32_t>();
   const int64_t q0 = cu[x], qn = cu[x + 1] - cu[x];
   p.q = d.params.q.slice(0, q0, q0 + qn);
@@ -62,7 +63,7 @@ Result run_batch(const PagedData& src, int64_t x, int threads) {
 
 void expect_invariant(const AttentionCase& c, int64_t x) {
   PagedData d = make_paged(c, 77);
-  const Result ref = run_alone(d, x, 1);
+  const Result ref = run_alone(d, x, 1, 0);
   // The oracle agrees, so the bits compared below are right, not just stable.
   PagedData o = testing::with_fresh_outputs(d);
   paged_attention(o.params, fast_test::kRef);
@@ -73,13 +74,16 @@ void expect_invariant(const AttentionCase& c, int64_t x) {
   for (int threads : {1, 2, 3}) {
     for (bool alone : {true, false}) {
       if (alone && threads == 1) continue;
-      const Result r = alone ? run_alone(d, x, threads) : run_batch(d, x, threads);
+      const Result r = alone ? run_alone(d, x, threads, 0) : run_batch(d, x, threads);
       const std::string what = c.describe() + (alone ? " alone" : " in batch") + ", " +
                                std::to_string(threads) + " threads";
       EXPECT_TRUE(r.out == ref.out) << what << ": output bits differ";
       EXPECT_TRUE(r.lse == ref.lse) << what << ": LSE bits differ";
     }
   }
+  // num_splits = 1 (no split-KV) only changes the parallelism, never the bits.
+  const Result one = run_alone(d, x, 2, 1);
+  EXPECT_TRUE(one.out == ref.out && one.lse == ref.lse) << c.describe() << ": num_splits = 1";
 }
 
 TEST(FastInvariance, LongDecodeAloneOrBatchedAnyThreadCount) {

@@ -71,14 +71,17 @@ std::vector<Task> plan_tasks(const AttnArgs& a, const std::vector<Entry>& entrie
   return tasks;
 }
 
-void run_tasks(const AttnArgs& a, const std::vector<Task>& tasks, const Exec& exec) {
+// allow_split = false (num_splits == 1) runs each task's splits in order on one thread; the
+// result bits are the same either way, only the parallelism differs.
+void run_tasks(const AttnArgs& a, const std::vector<Task>& tasks, const Exec& exec,
+               bool allow_split) {
   const int threads = thread_count(exec);
   const int64_t n = static_cast<int64_t>(tasks.size());
   const int64_t sf = state_floats(a);
   int64_t splits = 0;
   for (const Task& t : tasks) splits += t.split_hi - t.split_lo;
   // Split-KV pays off when tasks alone cannot keep every thread busy.
-  const bool split = threads > 1 && n < 4 * threads && splits > n;
+  const bool split = allow_split && threads > 1 && n < 4 * threads && splits > n;
   if (!split) {
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
     for (int64_t i = 0; i < n; ++i) {
@@ -212,7 +215,7 @@ void paged_attention(const PagedAttentionParams& p, const detail::PagedShape& s,
                   p.kv_start.defined() ? at(p.kv_start, b) : 0,
                   p.table_rows.defined() ? at(p.table_rows, b) : b};
   }
-  run_tasks(a, plan_tasks(a, entries, s.heads_kv), exec);
+  run_tasks(a, plan_tasks(a, entries, s.heads_kv), exec, p.num_splits != 1);
 }
 
 void ragged_attention(const RaggedAttentionParams& p, const detail::RaggedShape& s,
@@ -245,7 +248,7 @@ void ragged_attention(const RaggedAttentionParams& p, const detail::RaggedShape&
     const int64_t q0 = at(p.cu_seqlens_q, b), k0 = at(p.cu_seqlens_k, b);
     entries[b] = {q0, at(p.cu_seqlens_q, b + 1) - q0, at(p.cu_seqlens_k, b + 1) - k0, k0, 0};
   }
-  run_tasks(a, plan_tasks(a, entries, s.heads_kv), exec);
+  run_tasks(a, plan_tasks(a, entries, s.heads_kv), exec, true);
 }
 
 }  // namespace flashback::cpu_fast
