@@ -37,6 +37,7 @@ void expect_heads(const TensorView& t, const char* name, int64_t heads, int64_t 
 
 bool is_mla(const LayerCache& c) { return !c.v_cache.defined(); }
 
+#ifdef FLASHBACK_WITH_CUDA
 // The same list with every array moved from the host arena `from` to its mirror `to`.
 EntryList rebase(EntryList l, const int32_t* from, int32_t* to, Device device) {
   for (int32_t** p : {&l.table_rows, &l.kv_start, &l.cache_seqlens, &l.cu_seqlens_q,
@@ -45,6 +46,7 @@ EntryList rebase(EntryList l, const int32_t* from, int32_t* to, Device device) {
   l.device = device;
   return l;
 }
+#endif
 
 }  // namespace
 
