@@ -111,6 +111,21 @@ void check_descale(const TensorView& t, const char* name, int64_t batch, int64_t
   expect_nonneg_strides(t, name);
 }
 
+// The output, LSE and mask arguments shared by paged and ragged attention.
+template <typename Params, typename Shape>
+void check_outputs_and_mask(const Params& p, const Shape& s) {
+  expect_rank(p.out, "out", 3);
+  expect_dtype(p.out, "out", kActDtypes);
+  expect_device(p.out, "out", s.device);
+  expect_last_contiguous(p.out, "out");
+  expect_dim(p.out, "out", 0, s.total_q);
+  expect_dim(p.out, "out", 1, s.heads_q);
+  expect_dim(p.out, "out", 2, s.head_dim_v);
+  check_lse(p.lse, s.total_q, s.heads_q, s.device);
+  check_window(p.window_left, p.window_right);
+  check_softcap_scale(p.softcap, p.softmax_scale);
+}
+
 }  // namespace
 
 PagedShape validate(const PagedAttentionParams& p) {
@@ -189,16 +204,7 @@ PagedShape validate(const PagedAttentionParams& p) {
                   "k_descale", "descale only with an fp8 cache",
                   concat("descale with a ", dtype_name(p.k_cache.dtype), " cache"));
 
-  expect_rank(p.out, "out", 3);
-  expect_dtype(p.out, "out", kActDtypes);
-  expect_device(p.out, "out", s.device);
-  expect_last_contiguous(p.out, "out");
-  expect_dim(p.out, "out", 0, s.total_q);
-  expect_dim(p.out, "out", 1, s.heads_q);
-  expect_dim(p.out, "out", 2, s.head_dim_v);
-  check_lse(p.lse, s.total_q, s.heads_q, s.device);
-  check_window(p.window_left, p.window_right);
-  check_softcap_scale(p.softcap, p.softmax_scale);
+  check_outputs_and_mask(p, s);
   FLASHBACK_CHECK(p.num_splits >= 0, "num_splits", ">= 0", std::to_string(p.num_splits));
   s.scale = p.softmax_scale > 0
                 ? p.softmax_scale
@@ -275,16 +281,7 @@ RaggedShape validate(const RaggedAttentionParams& p) {
   s.batch = p.cu_seqlens_q.shape[0] - 1;
   expect_index(p.cu_seqlens_q, "cu_seqlens_q", s.batch + 1, s.device);
   expect_index(p.cu_seqlens_k, "cu_seqlens_k", s.batch + 1, s.device);
-  expect_rank(p.out, "out", 3);
-  expect_dtype(p.out, "out", kActDtypes);
-  expect_device(p.out, "out", s.device);
-  expect_last_contiguous(p.out, "out");
-  expect_dim(p.out, "out", 0, s.total_q);
-  expect_dim(p.out, "out", 1, s.heads_q);
-  expect_dim(p.out, "out", 2, s.head_dim_v);
-  check_lse(p.lse, s.total_q, s.heads_q, s.device);
-  check_window(p.window_left, p.window_right);
-  check_softcap_scale(p.softcap, p.softmax_scale);
+  check_outputs_and_mask(p, s);
   s.scale = p.softmax_scale > 0 ? p.softmax_scale
                                 : static_cast<float>(1.0 / std::sqrt(double(s.head_dim)));
   if (s.device.type != DeviceType::kCPU) return s;
