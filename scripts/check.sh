@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The main job: installs what it needs, builds, and runs `flashback check` on the best device
-# (the CPU when no GPU is present). Extra arguments go to `flashback check`.
+# The main job: installs what it needs, builds (with CUDA when a GPU is present), and runs
+# `flashback check` (the serving trace runs on the CPU for now). Extra arguments go to it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 preset=cpu
