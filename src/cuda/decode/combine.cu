@@ -55,13 +55,18 @@ void launch_t(const CombineParams& p, cudaStream_t stream) {
 #define FB_CASE(DV)                                     \
   case DV:                                              \
     combine_kernel<T, DV><<<grid, 128, 0, stream>>>(p); \
-    break;
-    FB_CASE(64)
-    FB_CASE(80)
-    FB_CASE(96) FB_CASE(128) FB_CASE(192) FB_CASE(256) FB_CASE(512)
+    break
+    FB_CASE(64);
+    FB_CASE(80);
+    FB_CASE(96);
+    FB_CASE(128);
+    FB_CASE(192);
+    FB_CASE(256);
+    FB_CASE(512);
 #undef FB_CASE
-        default : throw Error("v_cache", "a value head dim of 64, 80, 96, 128, 192, 256 or 512",
-                              std::to_string(p.head_dim_v));
+    default:
+      throw Error("v_cache", "a value head dim of 64, 80, 96, 128, 192, 256 or 512",
+                  std::to_string(p.head_dim_v));
   }
   FLASHBACK_CUDA_CHECK_LAUNCH("combine_kernel");
 }
