@@ -7,21 +7,13 @@
 
 #include "bench/cost.h"
 #include "bench/workload.h"
+#include "test_workloads.h"
 
 namespace flashback::bench {
 namespace {
 
 Workload small(Mode mode, int q, std::vector<int> kv) {
-  Workload w;
-  w.name = "t";
-  w.mode = mode;
-  w.batch = static_cast<int>(kv.size());
-  w.q_len = q;
-  w.kv_lens = std::move(kv);
-  w.heads_q = 1;
-  w.heads_kv = 1;
-  w.head_dim = w.head_dim_v = 2;
-  return w;
+  return test::make_workload(mode, q, std::move(kv), 1, 1, 2, 1);
 }
 
 TEST(Cost, DecodeByHand) {

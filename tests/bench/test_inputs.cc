@@ -7,23 +7,14 @@
 
 #include "bench/inputs.h"
 #include "bench/timing.h"
+#include "test_workloads.h"
 #include "testing/case.h"
 
 namespace flashback::bench {
 namespace {
 
 Workload base(Mode mode, int q, std::vector<int> kv) {
-  Workload w;
-  w.name = "t";
-  w.mode = mode;
-  w.batch = static_cast<int>(kv.size());
-  w.q_len = q;
-  w.kv_lens = std::move(kv);
-  w.heads_q = 4;
-  w.heads_kv = 2;
-  w.head_dim = w.head_dim_v = 32;
-  w.page_size = 4;
-  return w;
+  return test::make_workload(mode, q, std::move(kv), 4, 2, 32, 4);
 }
 
 TEST(Inputs, ChunkedLocalBecomesVirtualRequests) {
