@@ -41,6 +41,16 @@ for t in $TESTS; do step $t 50 $BIN/$t; done
 step memcheck_decode 45 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda_test_decode \
   --gtest_filter='CudaDecode.Splits:CudaDecode.TableRowsAndKvStart'
 step memcheck_backend 45 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda_test_backend_cuda
+if [[ -n ${NCU:-} ]]; then  # one launch of each hot kernel under Nsight Compute (clocks untouched)
+  for w in ${NCU_WORKLOADS:-decode_b64_L8k prefill_8x2k}; do
+    step ncu_$w 60 ncu --clock-control none --launch-skip 3 --launch-count 1 \
+      -k regex:'decode_kernel|prefill' --section SpeedOfLight --section MemoryWorkloadAnalysis \
+      --section WarpStateStats --section Occupancy --section LaunchStats --section SchedulerStats \
+      $BIN/flashback bench --device cuda --workloads $BIN/workloads.json --only $w --budget 1
+    grep -E 'Duration|Memory Throughput|DRAM Throughput|Compute \(SM\)|Achieved Occupancy|Registers Per|Stall|Block Limit|Eligible|Issued Warp' \
+      $LOGS/ncu_$w.log | head -30
+  done
+fi
 step bench 170 python3 $BIN/compare.py run --bin $BIN/flashback --peers-py $BIN/peers.py \
   --outdir $OUT/bench --name h200
 echo; echo "== bench table"; cat $OUT/bench/*.md 2>/dev/null | head -40

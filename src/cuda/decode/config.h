@@ -29,9 +29,10 @@ struct DecodeConfig {
   static constexpr int SP = N + 4;                               // fp32 logits
   static constexpr int PP = N + 8;                               // 16-bit probabilities
   static constexpr int STAGE_BYTES = N * (KRAW + VRAW);
+  static constexpr int LOC_BYTES = 4 * N * 16;  // a tile's key offsets per stage (up to 4)
   static constexpr int BASE_BYTES = ROWS * QP * 2 + (QV ? ROWS * QVP * 2 : 0) +
                                     (FP8 ? N * (KP + VP) * 2 : 0) + ROWS * SP * 4 + ROWS * PP * 2 +
-                                    3 * ROWS * 4;
+                                    4 * ROWS * 4 + LOC_BYTES;
   // As many stages as fit (up to 4) with two CTAs per SM (2 x (smem + 1 KB reserved) <= 228 KB);
   // when not even two stages fit that way, one CTA per SM with up to 4 stages in 227 KB.
   static constexpr int kHalfSm = 113 * 1024, kFullSm = 227 * 1024;
@@ -50,9 +51,7 @@ struct DecodeConfig {
                 "softmax row groups must be power-of-two lane groups within a warp");
   static_assert(STAGES >= 2, "fewer than two K/V stages fit in shared memory");
   static_assert(SMEM_BYTES <= 227 * 1024, "shared memory per CTA exceeds 227 KB");
-  // The loader's per-thread chunk count is a compile-time constant (table lookups batched).
-  static constexpr int CHUNKS = N * (D * EB / 16 + DV * EB / 16);
-  static constexpr int LOAD_ITERS = (CHUNKS + THREADS - 1) / THREADS;
+  static_assert(N <= THREADS, "one thread per key reads the page table");
 };
 
 }  // namespace flashback::cuda

@@ -22,6 +22,7 @@
 
 #include "cuda/common/dtype.cuh"
 #include "cuda/common/mma.cuh"
+#include "cuda/common/paged.cuh"
 #include "cuda/decode/config.h"
 #include "cuda/decode/params.h"
 
@@ -64,6 +65,7 @@ __global__ void __launch_bounds__(Cfg::THREADS) decode_kernel(const DecodeParams
   T* sP = reinterpret_cast<T*>(sS + ROWS * SP);
   float* sAlpha = reinterpret_cast<float*>(sP + ROWS * PP);
   float* sL = sAlpha + ROWS;
+  KeyBytes* sLoc = reinterpret_cast<KeyBytes*>(sAlpha + 4 * ROWS);  // [STAGES][N]
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int split = blockIdx.x;
@@ -135,58 +137,31 @@ __global__ void __launch_bounds__(Cfg::THREADS) decode_kernel(const DecodeParams
     }
   }
 
-  // Tile loader: 16-byte chunks of K rows then V rows. The page-table entries a thread needs for
-  // a tile are fetched one tile ahead of the copies that use them (independent read-only loads
-  // in flight during a tile's compute): under full memory traffic an L2 hit takes about a
-  // microsecond, and a chain of dependent table reads per chunk throttled the first version to
-  // 0.85 TB/s on the H200.
-  constexpr int ITERS = Cfg::LOAD_ITERS;
+  // Tile loader (cuda/common/paged.cuh): thread `key` < N reads the table entry of one key a
+  // tile ahead and publishes its location to the stage's slot of sLoc; the copies then need no
+  // table reads of their own.
   const unsigned char* kbase = static_cast<const unsigned char*>(p.k) + g * p.k_sh * EB;
   const unsigned char* vbase = static_cast<const unsigned char*>(p.v) + g * p.v_sh * EB;
-  const int32_t* trow_ptr = p.table + static_cast<int64_t>(trow) * p.table_s0;
-  auto fetch_entries = [&](int tile, int32_t(&ent)[ITERS]) {
-    constexpr int C = D * EB / 16 + DV * EB / 16;
-    const int t0 = begin + tile * N;
-#pragma unroll
-    for (int it = 0; it < ITERS; ++it) {
-      const int c = tid + it * THREADS, t = t0 + c / C;
-      ent[it] = 0;
-      if (c < N * C && t < end) {
-        const int pos = start + t;
-        const int col = p.table_holds_slots ? pos : pos / p.page_size;
-        ent[it] = __ldg(trow_ptr + static_cast<int64_t>(col) * p.table_s1);
-      }
-    }
+  PageWalk walk;
+  walk.row = p.table + static_cast<int64_t>(trow) * p.table_s0;
+  walk.s1 = p.table_s1;
+  walk.start = start;
+  walk.slots = p.table_holds_slots;
+  walk.set_page_size(p.page_size);
+  auto key_of = [&](int tile) { return begin + tile * N + tid; };
+  auto fetch = [&](int tile) -> int32_t {
+    return tid < N && key_of(tile) < end ? walk.read(key_of(tile)) : 0;
   };
-  auto load_tile = [&](int tile, int stage, const int32_t(&ent)[ITERS]) {
-    constexpr int CK = D * EB / 16, C = CK + DV * EB / 16;
-    unsigned char* dst0 = sStage + stage * Cfg::STAGE_BYTES;
-    const int t0 = begin + tile * N;
-#pragma unroll
-    for (int it = 0; it < ITERS; ++it) {
-      const int c = tid + it * THREADS;
-      if (c >= N * C) break;
-      const int key = c / C, ch = c % C, t = t0 + key;
-      const bool is_k = ch < CK;
-      unsigned char* dst = is_k ? dst0 + key * Cfg::KRAW + ch * 16
-                                : dst0 + N * Cfg::KRAW + key * Cfg::VRAW + (ch - CK) * 16;
-      if (t < end) {
-        int64_t page, off;
-        if (p.table_holds_slots) {
-          page = ent[it] / p.page_size;
-          off = ent[it] - static_cast<int>(page) * p.page_size;
-        } else {
-          page = ent[it];
-          off = (start + t) % p.page_size;
-        }
-        const unsigned char* src =
-            is_k ? kbase + ch * 16 + (page * p.k_sp + off * p.k_so) * EB
-                 : vbase + (ch - CK) * 16 + (page * p.v_sp + off * p.v_so) * EB;
-        cp_async16(dst, src, 16);
-      } else {
-        cp_async16(dst, kbase, 0);
-      }
-    }
+  auto publish = [&](int tile, int32_t entry) {
+    if (tid < N)
+      sLoc[(tile % STAGES) * N + tid] =
+          key_of(tile) < end
+              ? key_bytes(walk.locate(entry, key_of(tile)), p.k_sp, p.k_so, p.v_sp, p.v_so, EB)
+              : no_key();
+  };
+  auto copy = [&](int tile) {
+    copy_tile<N, D * EB / 16, DV * EB / 16, Cfg::KRAW, Cfg::VRAW, THREADS>(
+        sStage + (tile % STAGES) * Cfg::STAGE_BYTES, sLoc + (tile % STAGES) * N, kbase, vbase);
   };
 
   // Softmax row ownership is static, so the running max and sum live in registers.
@@ -212,27 +187,32 @@ __global__ void __launch_bounds__(Cfg::THREADS) decode_kernel(const DecodeParams
       for (int x = 0; x < 4; ++x) acc[mt][u][x] = 0.f;
 
   const int ntiles = end > begin ? (end - begin + N - 1) / N : 0;
-  int32_t ent[ITERS];
+  {
+    int32_t first[STAGES - 1];
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) first[s] = s < ntiles ? fetch(s) : 0;
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) publish(s, first[s]);
+  }
+  __syncthreads();
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < ntiles) {
-      fetch_entries(s, ent);
-      load_tile(s, s, ent);
-    }
+    if (s < ntiles) copy(s);
     cp_async_commit();
   }
-  if (STAGES - 1 < ntiles) fetch_entries(STAGES - 1, ent);
+  // The entry read for tile j + STAGES during iteration j, published at the iteration's end
+  // into the slot tile j's copy used (its copy was issued STAGES - 1 iterations ago).
+  int32_t ahead = STAGES - 1 < ntiles ? fetch(STAGES - 1) : 0;
+  if (STAGES - 1 < ntiles) publish(STAGES - 1, ahead);
 
   for (int j = 0; j < ntiles; ++j) {
     cp_async_wait<STAGES - 2>();
     __syncthreads();
     {
       const int next = j + STAGES - 1;
-      if (next < ntiles) {
-        load_tile(next, next % STAGES, ent);
-        if (next + 1 < ntiles) fetch_entries(next + 1, ent);  // used one iteration later
-      }
+      if (next < ntiles) copy(next);
       cp_async_commit();
+      if (next + 1 < ntiles) ahead = fetch(next + 1);
     }
     unsigned char* stage = sStage + (j % STAGES) * Cfg::STAGE_BYTES;
     const T* Kt = reinterpret_cast<const T*>(stage);
@@ -360,6 +340,7 @@ __global__ void __launch_bounds__(Cfg::THREADS) decode_kernel(const DecodeParams
           if (warp + u * WARPS < Cfg::NT8) mma16816<T>(acc[mt][u], a, bv[u][0], bv[u][1]);
       }
     }
+    if (j + STAGES < ntiles) publish(j + STAGES, ahead);
   }
   cp_async_wait<0>();
 

@@ -20,6 +20,10 @@ void launch_decode_one(const DecodeParams& p, cudaStream_t stream) {
   // it is legal during graph capture).
   FLASHBACK_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES));
+  // The stage count assumes two CTAs per SM; without the full carveout the driver may pick a
+  // smaller shared-memory partition.
+  FLASHBACK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                            cudaSharedmemCarveoutMaxShared));
   const dim3 grid(p.num_splits, p.heads_kv * p.row_blocks, p.batch);
   kernel<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(p);
   FLASHBACK_CUDA_CHECK_LAUNCH("decode_kernel");

@@ -23,7 +23,9 @@ struct PrefillConfig {
   // spill-free for 16-bit caches (fp8 variants spill 32 bytes).
   static constexpr int N = 32;
   static constexpr int EB = FP8 ? 1 : 2;  // bytes per cache element
-  static constexpr int STAGES = 2;        // cp.async double buffering of K/V tiles
+  // K/V tiles in flight: with two CTAs per SM, two tiles ahead of the one being computed cover
+  // the L2 latency under load; one ahead (double buffering) left the tensor cores waiting.
+  static constexpr int STAGES = 3;
   // Row pitches padded by 16 bytes so the 8 rows an ldmatrix reads fall in distinct banks.
   static constexpr int QP = D + 8;                               // 16-bit elements
   static constexpr int KP = D + 8, VP = DV + 8;                  // 16-bit K / V tiles
@@ -31,7 +33,8 @@ struct PrefillConfig {
   static constexpr int STAGE_BYTES = N * (KRAW + VRAW);
   static constexpr int Q_BYTES = BM * QP * 2;
   static constexpr int CVT_BYTES = FP8 ? N * (KP + VP) * 2 : 0;  // fp8 widened to 16 bits
-  static constexpr int SMEM_BYTES = Q_BYTES + STAGES * STAGE_BYTES + CVT_BYTES;
+  static constexpr int LOC_BYTES = STAGES * N * 16;  // key byte offsets per stage (paged.cuh)
+  static constexpr int SMEM_BYTES = Q_BYTES + STAGES * STAGE_BYTES + CVT_BYTES + LOC_BYTES;
 
   static_assert(D % 16 == 0 && DV % 16 == 0, "head dims must be multiples of 16 (mma k / n pairs)");
   static_assert(N % 16 == 0, "keys per tile must be a multiple of 16");

@@ -23,6 +23,7 @@
 
 #include "cuda/common/dtype.cuh"
 #include "cuda/common/mma.cuh"
+#include "cuda/common/paged.cuh"
 #include "cuda/prefill/config.h"
 #include "cuda/prefill/ldsm.cuh"
 #include "cuda/prefill/params.h"
@@ -61,50 +62,10 @@ struct Entry {
 template <typename Cfg, typename T, KvKind KV>
 struct PrefillKernel {
   static constexpr int D = Cfg::D, DV = Cfg::DV, N = Cfg::N, BM = Cfg::BM, MT = Cfg::MT;
-  static constexpr int THREADS = Cfg::THREADS, EB = Cfg::EB;
+  static constexpr int THREADS = Cfg::THREADS, EB = Cfg::EB, STAGES = Cfg::STAGES;
   static constexpr int QP = Cfg::QP, KP = Cfg::KP, VP = Cfg::VP;
   static constexpr bool FP8 = Cfg::FP8;
   static_assert(FP8 == (KV != KvKind::kSame), "config and KV kind disagree");
-
-  // Element offset of entry-relative key t (ragged: row of k / v; paged: through the table).
-  static __device__ __forceinline__ int64_t key_offset(const PrefillParams& p, const Entry& e,
-                                                       int t, int64_t s_page, int64_t s_off) {
-    if (p.cu_k) return static_cast<int64_t>(e.krow0 + t) * s_page;
-    const int pos = e.start + t;
-    const int32_t* r = p.table + static_cast<int64_t>(e.trow) * p.table_s0;
-    int64_t page, off;
-    if (p.table_holds_slots) {
-      const int64_t slot = r[static_cast<int64_t>(pos) * p.table_s1];
-      page = slot / p.page_size;
-      off = slot - page * p.page_size;
-    } else {
-      const int pi = pos / p.page_size;
-      page = r[static_cast<int64_t>(pi) * p.table_s1];
-      off = pos - static_cast<int64_t>(pi) * p.page_size;
-    }
-    return page * s_page + off * s_off;
-  }
-
-  // Keys [t0, t0 + N) of K and V into one stage; keys at or past `end` are zero-filled, never
-  // stale (0 * NaN in P V would poison the output).
-  static __device__ __forceinline__ void load_kv(const PrefillParams& p, const Entry& e,
-                                                 unsigned char* dst0, const unsigned char* kbase,
-                                                 const unsigned char* vbase, int t0, int end) {
-    constexpr int CK = D * EB / 16, CV = DV * EB / 16, C = CK + CV;
-    for (int c = threadIdx.x; c < N * C; c += THREADS) {
-      const int key = c / C, ch = c % C, t = t0 + key;
-      const bool is_k = ch < CK;
-      unsigned char* dst = is_k ? dst0 + key * Cfg::KRAW + ch * 16
-                                : dst0 + N * Cfg::KRAW + key * Cfg::VRAW + (ch - CK) * 16;
-      if (t < end) {
-        const int64_t off =
-            is_k ? key_offset(p, e, t, p.k_sp, p.k_so) : key_offset(p, e, t, p.v_sp, p.v_so);
-        cp_async16(dst, (is_k ? kbase + ch * 16 : vbase + (ch - CK) * 16) + off * EB, 16);
-      } else {
-        cp_async16(dst, kbase, 0);
-      }
-    }
-  }
 
   // Widens a stage of fp8 K/V (8 bytes per step) into the 16-bit tiles.
   static __device__ __forceinline__ void widen(const unsigned char* stage, T* sK16, T* sV16) {
@@ -130,8 +91,10 @@ struct PrefillKernel {
                                unsigned char* smem) {
     T* sQ = reinterpret_cast<T*>(smem);
     unsigned char* sStage = smem + Cfg::Q_BYTES;
-    T* sK16 = reinterpret_cast<T*>(sStage + Cfg::STAGES * Cfg::STAGE_BYTES);
+    T* sK16 = reinterpret_cast<T*>(sStage + STAGES * Cfg::STAGE_BYTES);
     T* sV16 = sK16 + N * KP;
+    KeyBytes* sLoc = reinterpret_cast<KeyBytes*>(sStage + STAGES * Cfg::STAGE_BYTES +
+                                                 Cfg::CVT_BYTES);  // [STAGES][N]
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = h / p.group;
 
@@ -173,10 +136,53 @@ struct PrefillKernel {
         cp_async16(sQ + r * QP + ch * 8, src, ok ? 16 : 0);
       }
     }
+    // K/V tiles (cuda/common/paged.cuh): thread `key` < N reads one key's table entry a tile
+    // ahead and publishes its byte offsets to the stage's slot of sLoc for the copy loop.
     const unsigned char* kbase = static_cast<const unsigned char*>(p.k) + g * p.k_sh * EB;
     const unsigned char* vbase = static_cast<const unsigned char*>(p.v) + g * p.v_sh * EB;
-    if (ntiles > 0) load_kv(p, e, sStage, kbase, vbase, lo, end);
-    cp_async_commit();
+    PageWalk walk;
+    if (p.cu_k) {
+      walk.krow0 = e.krow0;
+    } else {
+      walk.row = p.table + static_cast<int64_t>(e.trow) * p.table_s0;
+      walk.s1 = p.table_s1;
+      walk.start = e.start;
+      walk.slots = p.table_holds_slots;
+      walk.set_page_size(p.page_size);
+    }
+    const int tid = threadIdx.x;
+    auto key_of = [&](int tile) { return lo + tile * N + tid; };
+    auto fetch = [&](int tile) -> int32_t {
+      return tid < N && key_of(tile) < end ? walk.read(key_of(tile)) : 0;
+    };
+    auto publish = [&](int tile, int32_t entry) {
+      if (tid < N)
+        sLoc[(tile % STAGES) * N + tid] =
+            key_of(tile) < end
+                ? key_bytes(walk.locate(entry, key_of(tile)), p.k_sp, p.k_so, p.v_sp, p.v_so, EB)
+                : no_key();
+    };
+    auto copy = [&](int tile) {
+      copy_tile<N, D * EB / 16, DV * EB / 16, Cfg::KRAW, Cfg::VRAW, THREADS>(
+          sStage + (tile % STAGES) * Cfg::STAGE_BYTES, sLoc + (tile % STAGES) * N, kbase, vbase);
+    };
+    {
+      int32_t first[STAGES - 1];
+#pragma unroll
+      for (int s = 0; s < STAGES - 1; ++s) first[s] = s < ntiles ? fetch(s) : 0;
+#pragma unroll
+      for (int s = 0; s < STAGES - 1; ++s) publish(s, first[s]);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {  // the Q rows joined tile 0's group above
+      if (s < ntiles) copy(s);
+      cp_async_commit();
+    }
+    // Tile j + STAGES's entry is read during iteration j and published at its end, into the
+    // slot of tile j (whose copy was issued STAGES - 1 iterations earlier).
+    int32_t ahead = STAGES - 1 < ntiles ? fetch(STAGES - 1) : 0;
+    if (STAGES - 1 < ntiles) publish(STAGES - 1, ahead);
 
     float acc[MT][DV / 8][4];
 #pragma unroll
@@ -193,13 +199,15 @@ struct PrefillKernel {
     const float sk = p.scale * e.kd;  // logit = softcap(scale * kd * (q . k_stored))
 
     for (int j = 0; j < ntiles; ++j) {
-      cp_async_wait<0>();
+      cp_async_wait<STAGES - 2>();
       __syncthreads();  // tile j visible to all; every warp is done with tile j - 1's stage
-      if (j + 1 < ntiles)
-        load_kv(p, e, sStage + ((j + 1) % 2) * Cfg::STAGE_BYTES, kbase, vbase, lo + (j + 1) * N,
-                end);
+      if (j + STAGES - 1 < ntiles) copy(j + STAGES - 1);
       cp_async_commit();
-      const unsigned char* stage = sStage + (j % 2) * Cfg::STAGE_BYTES;
+      if (j + STAGES < ntiles) ahead = fetch(j + STAGES);
+      auto finish = [&] {
+        if (j + STAGES < ntiles) publish(j + STAGES, ahead);
+      };
+      const unsigned char* stage = sStage + (j % STAGES) * Cfg::STAGE_BYTES;
       const T* Kt = reinterpret_cast<const T*>(stage);
       const T* Vt = reinterpret_cast<const T*>(stage + N * Cfg::KRAW);
       if constexpr (FP8) {
@@ -210,7 +218,10 @@ struct PrefillKernel {
       }
       const int t0 = lo + j * N;
       // A warp whose rows see none of this tile leaves its state untouched (alpha = 1, P = 0).
-      if (!warp_live || t0 > wr_last.hi || t0 + N - 1 < wr_first.lo) continue;
+      if (!warp_live || t0 > wr_last.hi || t0 + N - 1 < wr_first.lo) {
+        finish();
+        continue;
+      }
 
       // S = Q K^T for the warp's rows x N keys; each K fragment serves MT m-tiles.
       float s[MT][N / 8][4];
@@ -313,6 +324,7 @@ struct PrefillKernel {
           }
         }
       }
+      finish();
     }
     cp_async_wait<0>();
 

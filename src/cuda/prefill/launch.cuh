@@ -17,6 +17,9 @@ void launch_one(const PrefillParams& p, cudaStream_t stream) {
   // Per function and device; cheap, and not a stream operation (legal during graph capture).
   FLASHBACK_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES));
+  // Two CTAs per SM need the full shared-memory carveout.
+  FLASHBACK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                            cudaSharedmemCarveoutMaxShared));
   const dim3 grid(p.m_blocks, p.heads_q, p.batch);
   kernel<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(p);
   FLASHBACK_CUDA_CHECK_LAUNCH("prefill_kernel");

@@ -1,0 +1,109 @@
+// Where the keys of a K/V tile live, shared by the short- and long-query kernels.
+//
+// A tile's copy is issued as many 16-byte chunks per key (a 128-wide bf16 K/V pair is 32). The
+// first kernels walked the page table for every chunk: a dependent table read plus a runtime
+// division by the page size per 16 bytes made them issue-bound at ~0.9 TB/s (ncu on the H200:
+// ~120 instructions per chunk, 0.37 issued warps per scheduler). Here one thread per key reads
+// the table once, a tile ahead, and publishes {page, offset} to shared memory; the copy loop
+// then costs one shared load and two multiply-adds per chunk. Power-of-two page sizes (all the
+// common ones) use shifts; others divide, once per key.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace flashback::cuda {
+
+/// Location of one key: row `page` of the cache's page axis, `off` within it; page < 0 marks a
+/// key past the range (its chunks are zero-filled, never read).
+using KeyLoc = int2;
+
+struct PageWalk {
+  const int32_t* row = nullptr;   // the entry's page-table (or slot-table) row; null: ragged
+  int64_t s1 = 0;                 // table stride between columns
+  int start = 0;                  // table position of entry-relative key 0 (kv_start)
+  int page_size = 1, shift = -1;  // shift >= 0 iff page_size is a power of two
+  bool slots = false;             // the row holds slot ids, one per position
+  int krow0 = 0;                  // ragged: key t is row krow0 + t
+
+  __device__ __forceinline__ void set_page_size(int ps) {
+    page_size = ps;
+    shift = (ps & (ps - 1)) == 0 ? __ffs(ps) - 1 : -1;
+  }
+  __device__ __forceinline__ int div(int x) const {
+    return shift >= 0 ? x >> shift : x / page_size;
+  }
+  __device__ __forceinline__ int mod(int x) const {
+    return shift >= 0 ? x & (page_size - 1) : x % page_size;
+  }
+  /// The table read for key t (independent of everything else, so it can be issued early).
+  __device__ __forceinline__ int32_t read(int t) const {
+    if (!row) return 0;
+    const int pos = start + t;
+    return __ldg(row + static_cast<int64_t>(slots ? pos : div(pos)) * s1);
+  }
+  /// Key t's location from its table read.
+  __device__ __forceinline__ KeyLoc locate(int32_t entry, int t) const {
+    if (!row) return make_int2(krow0 + t, 0);
+    if (slots) return make_int2(div(entry), mod(entry));
+    return make_int2(entry, mod(start + t));
+  }
+};
+
+/// Byte offsets of one key's K and V rows from the (head-offset) cache bases; k < 0 marks a key
+/// past the range (zero-filled, never read). Computed once per key, so the 64-bit stride
+/// arithmetic is not repeated for each of the row's chunks.
+using KeyBytes = longlong2;
+
+__device__ __forceinline__ KeyBytes key_bytes(KeyLoc l, int64_t k_sp, int64_t k_so, int64_t v_sp,
+                                              int64_t v_so, int eb) {
+  return make_longlong2((static_cast<int64_t>(l.x) * k_sp + static_cast<int64_t>(l.y) * k_so) * eb,
+                        (static_cast<int64_t>(l.x) * v_sp + static_cast<int64_t>(l.y) * v_so) * eb);
+}
+__device__ __forceinline__ KeyBytes no_key() { return make_longlong2(-1, -1); }
+
+__device__ __forceinline__ void cp_async16_or_zero(unsigned char* dst, const unsigned char* src,
+                                                   bool ok) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
+                   static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
+               "l"(src), "r"(ok ? 16 : 0));
+}
+
+/// Issues the 16-byte copies of keys [0, N) of one tile: K rows (CK chunks each, row pitch
+/// KRAW bytes) then V rows (CV chunks, pitch VRAW), keys located by `at`. Consecutive threads
+/// take consecutive chunks of a key, so each warp's copy is coalesced; when the thread count
+/// is a multiple of the chunks per key, a thread keeps one chunk column for the whole tile.
+template <int N, int CK, int CV, int KRAW, int VRAW, int THREADS>
+__device__ __forceinline__ void copy_tile(unsigned char* dst0, const KeyBytes* at,
+                                          const unsigned char* kbase, const unsigned char* vbase) {
+  constexpr int C = CK + CV;
+  if constexpr (THREADS % C == 0) {
+    const int ch = threadIdx.x % C;
+    const bool is_k = ch < CK;
+    const unsigned char* src0 = is_k ? kbase + ch * 16 : vbase + (ch - CK) * 16;
+    unsigned char* dst = dst0 + (is_k ? ch * 16 : N * KRAW + (ch - CK) * 16);
+    const int pitch = is_k ? KRAW : VRAW;
+#pragma unroll
+    for (int it = 0; it < N * C / THREADS; ++it) {
+      const int key = threadIdx.x / C + it * (THREADS / C);
+      const int64_t off = is_k ? at[key].x : at[key].y;
+      cp_async16_or_zero(dst + key * pitch, off >= 0 ? src0 + off : kbase, off >= 0);
+    }
+  } else {
+#pragma unroll
+    for (int it = 0; it < (N * C + THREADS - 1) / THREADS; ++it) {
+      const int c = threadIdx.x + it * THREADS;
+      if ((N * C) % THREADS != 0 && c >= N * C) break;
+      const int key = c / C, ch = c % C;
+      const bool is_k = ch < CK;
+      const int64_t off = is_k ? at[key].x : at[key].y;
+      unsigned char* dst =
+          is_k ? dst0 + key * KRAW + ch * 16 : dst0 + N * KRAW + key * VRAW + (ch - CK) * 16;
+      const unsigned char* src = is_k ? kbase + ch * 16 : vbase + (ch - CK) * 16;
+      cp_async16_or_zero(dst, off >= 0 ? src + off : kbase, off >= 0);
+    }
+  }
+}
+
+}  // namespace flashback::cuda
