@@ -15,7 +15,7 @@ inline constexpr int64_t kTileKeys = 32;
 /// are the same whether its splits run on one thread or many, alone or in a big batch.
 inline constexpr int64_t kSplitKeys = 512;
 /// Rows (q token × q head of one KV group) scored together against each K/V tile.
-inline constexpr int64_t kMaxRows = 32;
+inline constexpr int64_t kMaxRows = 64;
 /// fp32 buffers are padded to a multiple of this (the widest vector, AVX-512).
 inline constexpr int64_t kPad = 16;
 

@@ -1,0 +1,249 @@
+// Few rows per KV head (decode; GQA groups up to 8): q rows in memory, K/V rows read in place and
+// widened as they load, each loaded K/V vector shared by up to 4 rows held in registers. Scores
+// are dot products (summed across lanes once per row and key), the online softmax runs per row
+// over a tile, and P·V broadcasts each weight against the value vectors. A Highway "-inl.h"
+// header, included by attention_kernel.cc once per target.
+#if defined(FLASHBACK_CPU_FAST_DECODE_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef FLASHBACK_CPU_FAST_DECODE_INL_H_
+#undef FLASHBACK_CPU_FAST_DECODE_INL_H_
+#else
+#define FLASHBACK_CPU_FAST_DECODE_INL_H_
+#endif
+
+#include "cpu/fast/simd-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace flashback::cpu_fast::HWY_NAMESPACE {
+
+// Tag for bf16 K/V read as pairs: 2N bf16 elements load as N 32-bit lanes, and a shift and a
+// mask give the even and the odd elements as two fp32 vectors (a bf16 is the top half of its
+// fp32). One load and two integer ops per 2N elements, against two loads and four ops for
+// PromoteTo. q rows and O rows are kept de-interleaved to match: in each chunk of 2N, the N even
+// elements, then the N odd ones (permute_pairs / unpermute_pairs).
+struct Bf16Pairs {};
+
+HWY_INLINE void load_pair(const void* row, int64_t x, VF& even, VF& odd) {
+  const DF df;
+  const hn::RebindToUnsigned<DF> du;
+  const auto u =
+      hn::LoadU(du, reinterpret_cast<const uint32_t*>(static_cast<const uint16_t*>(row) + x));
+  even = hn::BitCast(df, hn::ShiftLeft<16>(u));
+  odd = hn::BitCast(df, hn::And(u, hn::Set(du, 0xFFFF0000u)));
+}
+
+// Row x (len elements, a multiple of 2N) to / from the de-interleaved pair order.
+inline void permute_pairs(float* x, int64_t len, bool forward) {
+  const int64_t N = lanes();
+  float t[2 * 16];
+  for (int64_t c = 0; c < len; c += 2 * N) {
+    for (int64_t i = 0; i < N; ++i) {
+      if (forward) {
+        t[i] = x[c + 2 * i];
+        t[N + i] = x[c + 2 * i + 1];
+      } else {
+        t[2 * i] = x[c + i];
+        t[2 * i + 1] = x[c + N + i];
+      }
+    }
+    std::copy(t, t + 2 * N, x + c);
+  }
+}
+
+// Lane sums of acc[i][j] to s[i · ss + j], in an order that depends only on R, K and the target.
+template <int R, int K>
+HWY_INLINE void store_sums(VF (&acc)[R][K], float* s, int64_t ss) {
+  const DF df;
+  float t[4];
+  if constexpr (R == 4) {
+    for (int j = 0; j < K; ++j) {
+      sum4(acc[0][j], acc[1][j], acc[2][j], acc[3][j], t);
+      for (int i = 0; i < 4; ++i) s[i * ss + j] = t[i];
+    }
+  } else if constexpr (R == 1 && K % 4 == 0) {
+    for (int j = 0; j < K; j += 4) {
+      sum4(acc[0][j], acc[0][j + 1], acc[0][j + 2], acc[0][j + 3], t);
+      for (int x = 0; x < 4; ++x) s[j + x] = t[x];
+    }
+  } else {
+    for (int i = 0; i < R; ++i)
+      for (int j = 0; j < K; ++j) s[i * ss + j] = hn::GetLane(hn::SumOfLanes(df, acc[i][j]));
+  }
+}
+
+// S[i][j] = q_i · k_j for R rows × K keys (key j's row at k[j]), R × K accumulators in registers,
+// each loaded K vector widened once and shared by the R rows (the q heads of a GQA group).
+template <int R, int K, class T>
+HWY_INLINE void dot_block(const float* q, int64_t qs, const void* const* k, int64_t len, float* s,
+                          int64_t ss) {
+  const DF df;
+  const int64_t N = lanes();
+  VF acc[R][K];
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < K; ++j) acc[i][j] = hn::Zero(df);
+  if constexpr (std::is_same_v<T, Bf16Pairs>) {
+    // Key-major: one key's pair of vectors live at a time, so R × K accumulators fit.
+    for (int64_t x = 0; x < len; x += 2 * N)
+      for (int j = 0; j < K; ++j) {
+        VF ke, ko;
+        load_pair(k[j], x, ke, ko);
+        for (int i = 0; i < R; ++i)
+          acc[i][j] = hn::MulAdd(hn::LoadU(df, q + i * qs + x + N), ko,
+                                 hn::MulAdd(hn::LoadU(df, q + i * qs + x), ke, acc[i][j]));
+      }
+  } else {
+    for (int64_t x = 0; x < len; x += N) {
+      VF kv[K];
+      for (int j = 0; j < K; ++j) kv[j] = load_f32v(static_cast<const T*>(k[j]) + x);
+      for (int i = 0; i < R; ++i) {
+        const VF qv = hn::LoadU(df, q + i * qs + x);
+        for (int j = 0; j < K; ++j) acc[i][j] = hn::MulAdd(qv, kv[j], acc[i][j]);
+      }
+    }
+  }
+  store_sums<R, K>(acc, s, ss);
+}
+
+// Scores of `rows` rows against tile keys [j0, j1) (key j's row at k[j]); the next tile's rows
+// are prefetched along the way, in step with the keys.
+template <class T>
+void scores(const float* q, int64_t qs, int64_t rows, const void* const* k, int64_t len, int64_t j0,
+            int64_t j1, float* s, const Prefetch& pf) {
+  int64_t r = 0;
+  // Pairs: 12 accumulator chains (4 rows × 3 keys) cover the FMA latency on two pipes.
+  constexpr int kBlock = std::is_same_v<T, Bf16Pairs> ? 3 : 2;
+  for (; r + 4 <= rows; r += 4) {
+    const bool fetch = r == 0;
+    int64_t j = j0;
+    for (; j + kBlock <= j1; j += kBlock) {
+      if (fetch) pf.rows(j - j0, j - j0 + kBlock);
+      dot_block<4, kBlock, T>(q + r * qs, qs, k + j, len, s + r * kTileKeys + j, kTileKeys);
+    }
+    for (; j + 2 <= j1; j += 2) {
+      if (fetch) pf.rows(j - j0, j - j0 + 2);
+      dot_block<4, 2, T>(q + r * qs, qs, k + j, len, s + r * kTileKeys + j, kTileKeys);
+    }
+    for (; j < j1; ++j) {
+      if (fetch) pf.rows(j - j0, j - j0 + 1);
+      dot_block<4, 1, T>(q + r * qs, qs, k + j, len, s + r * kTileKeys + j, kTileKeys);
+    }
+  }
+  // A single row (MHA decode): more keys per pass keep FMAs busy (pairs: half, for registers).
+  constexpr int kKeys = std::is_same_v<T, Bf16Pairs> ? 4 : 8;
+  for (; r < rows; ++r) {
+    const bool fetch = r == 0;
+    int64_t j = j0;
+    for (; j + kKeys <= j1; j += kKeys) {
+      if (fetch) pf.rows(j - j0, j - j0 + kKeys);
+      dot_block<1, kKeys, T>(q + r * qs, qs, k + j, len, s + r * kTileKeys + j, kTileKeys);
+    }
+    for (; j < j1; ++j) {
+      if (fetch) pf.rows(j - j0, j - j0 + 1);
+      dot_block<1, 1, T>(q + r * qs, qs, k + j, len, s + r * kTileKeys + j, kTileKeys);
+    }
+  }
+  pf.rows(j1 - j0, kTileKeys);  // the next tile may hold more keys than this one
+}
+
+// O[i] += Σ_j p[i][j] · v_j over keys [j0, j1) for R rows, W vectors of O at a time (W pairs
+// of vectors for Bf16Pairs, O de-interleaved); each element sees the same MulAdd sequence
+// whichever R and W are used.
+template <int R, int W, class T>
+HWY_INLINE void pv_block(const float* p, int64_t prow, int64_t pkey, const void* const* v,
+                         int64_t j0, int64_t j1, float* o, int64_t os, int64_t x) {
+  const DF df;
+  const int64_t N = lanes();
+  constexpr int kV = std::is_same_v<T, Bf16Pairs> ? 2 * W : W;  // vectors of O per row
+  VF acc[R][kV];
+  for (int i = 0; i < R; ++i)
+    for (int w = 0; w < kV; ++w) acc[i][w] = hn::LoadU(df, o + i * os + x + w * N);
+  for (int64_t j = j0; j < j1; ++j) {
+    VF vv[kV];
+    for (int w = 0; w < W; ++w) {
+      if constexpr (std::is_same_v<T, Bf16Pairs>) {
+        load_pair(v[j], x + 2 * w * N, vv[2 * w], vv[2 * w + 1]);
+      } else {
+        vv[w] = load_f32v(static_cast<const T*>(v[j]) + x + w * N);
+      }
+    }
+    for (int i = 0; i < R; ++i) {
+      const VF pb = hn::Set(df, p[i * prow + j * pkey]);
+      for (int w = 0; w < kV; ++w) acc[i][w] = hn::MulAdd(pb, vv[w], acc[i][w]);
+    }
+  }
+  for (int i = 0; i < R; ++i)
+    for (int w = 0; w < kV; ++w) hn::StoreU(acc[i][w], df, o + i * os + x + w * N);
+}
+
+// Weights of row i, key j at p[i · prow + j · pkey] (row-major scores or their transpose).
+template <class T>
+void accumulate(const float* p, int64_t prow, int64_t pkey, int64_t rows, const void* const* v,
+                int64_t j0, int64_t j1, float* o, int64_t os, int64_t len) {
+  const int64_t N = lanes();
+  int64_t r = 0;
+  if constexpr (std::is_same_v<T, Bf16Pairs>) {  // len is a multiple of 2N
+    for (; r + 4 <= rows; r += 4)
+      for (int64_t x = 0; x < len; x += 2 * N)
+        pv_block<4, 1, T>(p + r * prow, prow, pkey, v, j0, j1, o + r * os, os, x);
+    for (; r < rows; ++r) {
+      int64_t x = 0;
+      for (; x + 4 * N <= len; x += 4 * N)
+        pv_block<1, 2, T>(p + r * prow, prow, pkey, v, j0, j1, o + r * os, os, x);
+      for (; x < len; x += 2 * N)
+        pv_block<1, 1, T>(p + r * prow, prow, pkey, v, j0, j1, o + r * os, os, x);
+    }
+    return;
+  }
+  for (; r + 4 <= rows; r += 4) {
+    int64_t x = 0;
+    for (; x + 2 * N <= len; x += 2 * N)
+      pv_block<4, 2, T>(p + r * prow, prow, pkey, v, j0, j1, o + r * os, os, x);
+    for (; x < len; x += N)
+      pv_block<4, 1, T>(p + r * prow, prow, pkey, v, j0, j1, o + r * os, os, x);
+  }
+  for (; r < rows; ++r) {
+    int64_t x = 0;
+    for (; x + 4 * N <= len; x += 4 * N)
+      pv_block<1, 4, T>(p + r * prow, prow, pkey, v, j0, j1, o + r * os, os, x);
+    for (; x < len; x += N)
+      pv_block<1, 1, T>(p + r * prow, prow, pkey, v, j0, j1, o + r * os, os, x);
+  }
+}
+
+// Online softmax of one row over tile keys [a, e] (tile-local, inclusive, non-empty): turns the
+// row's scores into weights p (zero outside [a, e]) and rescales its running m, l, O.
+inline void softmax_row(float* s, int64_t a, int64_t e, float softcap, float& m, float& l, float* o,
+                        int64_t dv) {
+  const DF df;
+  const int64_t N = lanes();
+  const VF lo = hn::Set(df, static_cast<float>(a)), hi = hn::Set(df, static_cast<float>(e));
+  const VF neg_inf = hn::Set(df, kNegInf), cap = hn::Set(df, softcap);
+  VF mx = neg_inf;
+  for (int64_t x = 0; x < kTileKeys; x += N) {
+    const VF j = hn::Iota(df, static_cast<float>(x));
+    const auto in = hn::And(hn::Ge(j, lo), hn::Le(j, hi));
+    VF v = hn::LoadU(df, s + x);
+    if (softcap > 0) v = hn::Mul(cap, tanh_f32(v));  // q was pre-divided by softcap
+    v = hn::IfThenElse(in, v, neg_inf);
+    hn::StoreU(v, df, s + x);
+    mx = hn::Max(mx, v);
+  }
+  const float m_new = std::max(m, hn::GetLane(hn::MaxOfLanes(df, mx)));
+  const float alpha = m == kNegInf ? 0.0f : std::exp(m - m_new);
+  const VF mv = hn::Set(df, m_new);
+  VF sum = hn::Zero(df);
+  for (int64_t x = 0; x < kTileKeys; x += N) {
+    const VF j = hn::Iota(df, static_cast<float>(x));
+    const auto in = hn::And(hn::Ge(j, lo), hn::Le(j, hi));
+    const VF p = hn::IfThenElseZero(in, hn::Exp(df, hn::Sub(hn::LoadU(df, s + x), mv)));
+    hn::StoreU(p, df, s + x);
+    sum = hn::Add(sum, p);
+  }
+  l = l * alpha + hn::GetLane(hn::SumOfLanes(df, sum));
+  m = m_new;
+  if (alpha != 1.0f) scale_row(o, dv, alpha);
+}
+
+}  // namespace flashback::cpu_fast::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // FLASHBACK_CPU_FAST_DECODE_INL_H_ toggle

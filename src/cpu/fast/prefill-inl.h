@@ -1,0 +1,108 @@
+// Many rows per KV head (prefill, extend, MLA): scores are computed transposed, ST[j][r], with
+// rows along the vector lanes from a transposed q (qT[d][r], built once per task) and each key
+// element broadcast from an fp32 tile. Every score is a plain sequential MulAdd over d (no
+// horizontal sums) and the online softmax runs on whole vectors of rows. A Highway "-inl.h"
+// header, included by attention_kernel.cc once per target.
+#if defined(FLASHBACK_CPU_FAST_PREFILL_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef FLASHBACK_CPU_FAST_PREFILL_INL_H_
+#undef FLASHBACK_CPU_FAST_PREFILL_INL_H_
+#else
+#define FLASHBACK_CPU_FAST_PREFILL_INL_H_
+#endif
+
+#include "cpu/fast/simd-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace flashback::cpu_fast::HWY_NAMESPACE {
+
+template <int KJ, int RV>
+HWY_INLINE void wide_block(const float* qt, int64_t rp, const void* const* k, int64_t len,
+                           float* st) {
+  const DF df;
+  const int64_t N = lanes();
+  VF acc[KJ][RV];
+  for (int j = 0; j < KJ; ++j)
+    for (int v = 0; v < RV; ++v) acc[j][v] = hn::Zero(df);
+  const float* kr[KJ];
+  for (int j = 0; j < KJ; ++j) kr[j] = static_cast<const float*>(k[j]);
+  for (int64_t d = 0; d < len; ++d) {
+    VF qv[RV];
+    for (int v = 0; v < RV; ++v) qv[v] = hn::LoadU(df, qt + d * rp + v * N);
+    for (int j = 0; j < KJ; ++j) {
+      const VF kb = hn::Set(df, kr[j][d]);
+      for (int v = 0; v < RV; ++v) acc[j][v] = hn::MulAdd(kb, qv[v], acc[j][v]);
+    }
+  }
+  for (int j = 0; j < KJ; ++j)
+    for (int v = 0; v < RV; ++v) hn::StoreU(acc[j][v], df, st + j * rp + v * N);
+}
+
+inline void wide_scores(const float* qt, int64_t rp, const void* const* k, int64_t len, int64_t j0,
+                        int64_t j1, float* st) {
+  const int64_t N = lanes();
+  const int64_t nrv = rp / N;
+  for (int64_t v0 = 0; v0 < nrv;) {
+    const float* q = qt + v0 * N;
+    float* s = st + v0 * N;
+    int64_t j = j0;
+    if (nrv - v0 >= 4) {
+      for (; j + 2 <= j1; j += 2) wide_block<2, 4>(q, rp, k + j, len, s + j * rp);
+      for (; j < j1; ++j) wide_block<1, 4>(q, rp, k + j, len, s + j * rp);
+      v0 += 4;
+    } else if (nrv - v0 >= 2) {
+      for (; j + 4 <= j1; j += 4) wide_block<4, 2>(q, rp, k + j, len, s + j * rp);
+      for (; j < j1; ++j) wide_block<1, 2>(q, rp, k + j, len, s + j * rp);
+      v0 += 2;
+    } else {
+      for (; j + 8 <= j1; j += 8) wide_block<8, 1>(q, rp, k + j, len, s + j * rp);
+      for (; j < j1; ++j) wide_block<1, 1>(q, rp, k + j, len, s + j * rp);
+      v0 += 1;
+    }
+  }
+}
+
+// Online softmax of transposed scores ST[j][r] over tile keys [j0, j1) at absolute key
+// positions ts + j. Row r sees keys [lo[r], hi[r]]; m, l (rp entries) are updated in place and
+// alpha[r] receives the factor its output must be rescaled by (exactly 1 when the tile adds
+// nothing to the row). Weights overwrite the scores.
+inline void wide_softmax(float* st, int64_t rp, int64_t j0, int64_t j1, int64_t ts, const float* lo,
+                         const float* hi, float softcap, float* m, float* l, float* alpha) {
+  const DF df;
+  const int64_t N = lanes();
+  const VF neg_inf = hn::Set(df, kNegInf), cap = hn::Set(df, softcap), zero = hn::Zero(df);
+  for (int64_t x = 0; x < rp; x += N) {
+    const VF vlo = hn::LoadU(df, lo + x), vhi = hn::LoadU(df, hi + x);
+    VF mt = neg_inf;
+    for (int64_t j = j0; j < j1; ++j) {
+      const VF key = hn::Set(df, static_cast<float>(ts + j));
+      const auto in = hn::And(hn::Ge(key, vlo), hn::Le(key, vhi));
+      VF v = hn::LoadU(df, st + j * rp + x);
+      if (softcap > 0) v = hn::Mul(cap, tanh_f32(v));  // q was pre-divided by softcap
+      v = hn::IfThenElse(in, v, neg_inf);
+      hn::StoreU(v, df, st + j * rp + x);
+      mt = hn::Max(mt, v);
+    }
+    const VF mo = hn::LoadU(df, m + x);
+    const VF mn = hn::Max(mo, mt);
+    // Rows still empty keep m = -inf; subtracting 0 there keeps every exponent finite or -inf.
+    const VF msub = hn::IfThenElse(hn::Eq(mn, neg_inf), zero, mn);
+    const VF a = hn::Exp(df, hn::Sub(mo, msub));
+    VF sum = zero;
+    for (int64_t j = j0; j < j1; ++j) {
+      const VF key = hn::Set(df, static_cast<float>(ts + j));
+      const auto in = hn::And(hn::Ge(key, vlo), hn::Le(key, vhi));
+      const VF p =
+          hn::IfThenElseZero(in, hn::Exp(df, hn::Sub(hn::LoadU(df, st + j * rp + x), msub)));
+      hn::StoreU(p, df, st + j * rp + x);
+      sum = hn::Add(sum, p);
+    }
+    hn::StoreU(hn::MulAdd(hn::LoadU(df, l + x), a, sum), df, l + x);
+    hn::StoreU(mn, df, m + x);
+    hn::StoreU(a, df, alpha + x);
+  }
+}
+
+}  // namespace flashback::cpu_fast::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // FLASHBACK_CPU_FAST_PREFILL_INL_H_ toggle

@@ -1,0 +1,163 @@
+// SIMD helpers shared by the fast CPU attention kernels: element conversion, tanh, horizontal
+// sums, partial-state merging and prefetching. A Highway "-inl.h" header: attention_kernel.cc
+// includes it once per target (the guard below flips with HWY_TARGET_TOGGLE).
+#if defined(FLASHBACK_CPU_FAST_SIMD_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef FLASHBACK_CPU_FAST_SIMD_INL_H_
+#undef FLASHBACK_CPU_FAST_SIMD_INL_H_
+#else
+#define FLASHBACK_CPU_FAST_SIMD_INL_H_
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+#include "cpu/fast/attention.h"
+#include "cpu/fast/convert.h"
+#include "hwy/contrib/math/math-inl.h"
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace flashback::cpu_fast::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+HWY_INLINE int64_t lanes() { return static_cast<int64_t>(hn::Lanes(DF())); }
+
+// Converts n elements at `src` (any cache/activation dtype) to fp32 and zero-fills to `padded`.
+inline void convert_row(const void* src, DType dt, int64_t n, int64_t padded, float* dst) {
+  const DF df;
+  const int64_t N = lanes();
+  int64_t i = 0;
+  if (dt == DType::kF32) {
+    const float* s = static_cast<const float*>(src);
+    for (; i + N <= n; i += N) hn::StoreU(hn::LoadU(df, s + i), df, dst + i);
+  } else if (dt == DType::kBF16) {
+    const hn::Rebind<hwy::bfloat16_t, DF> db;
+    const auto* s = static_cast<const hwy::bfloat16_t*>(src);
+    for (; i + N <= n; i += N) hn::StoreU(hn::PromoteTo(df, hn::LoadU(db, s + i)), df, dst + i);
+  } else if (dt == DType::kF16) {
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    const auto* s = static_cast<const hwy::float16_t*>(src);
+    for (; i + N <= n; i += N) hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, s + i)), df, dst + i);
+  }
+  // Tails and fp8 (no SIMD fp8 in this Highway version: a 256-entry table).
+  for (; i < n; ++i) dst[i] = load_f32(src, dt, i);
+  for (; i < padded; ++i) dst[i] = 0.0f;
+}
+
+// tanh from Exp alone: Highway 1.0.3's Tanh returns wrong values on its AVX-512 target (found
+// by test_fast_targets on a Sapphire Rapids host), while Exp is right on every target. For
+// small |x| the cancellation in 1 - e^(-2|x|) costs ~3e-8 absolute, far below the tolerances.
+HWY_INLINE VF tanh_f32(VF x) {
+  const DF df;
+  const auto zero = hn::Zero(df), one = hn::Set(df, 1.0f);
+  const auto ax = hn::Max(x, hn::Sub(zero, x));
+  const auto t = hn::Exp(df, hn::Mul(hn::Set(df, -2.0f), ax));
+  const auto z = hn::Div(hn::Sub(one, t), hn::Add(one, t));
+  return hn::IfThenElse(hn::Lt(x, zero), hn::Sub(zero, z), z);
+}
+
+// fp32 vector from N elements of a row stored as float, bf16 or fp16 (exact widening).
+template <class T>
+HWY_INLINE VF load_f32v(const T* p) {
+  const DF df;
+  if constexpr (std::is_same_v<T, float>) {
+    return hn::LoadU(df, p);
+  } else {
+    return hn::PromoteTo(df, hn::LoadU(hn::Rebind<T, DF>(), p));
+  }
+}
+
+// out[i] = Σ lanes of a_i for four vectors. On x86 a horizontal-add tree reduces all four at
+// once (5 shuffles/adds instead of ~4 each); elsewhere Highway's per-vector reduction. Either
+// way the order depends only on the target, never on the data or the batch.
+HWY_INLINE void sum4(VF a0, VF a1, VF a2, VF a3, float* out) {
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+#if HWY_TARGET == HWY_AVX2
+  const __m256 b0 = a0.raw, b1 = a1.raw, b2 = a2.raw, b3 = a3.raw;
+#else
+  auto fold = [](__m512 v) {
+    return _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+  };
+  const __m256 b0 = fold(a0.raw), b1 = fold(a1.raw), b2 = fold(a2.raw), b3 = fold(a3.raw);
+#endif
+  const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(b0, b1), _mm256_hadd_ps(b2, b3));
+  _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+#else
+  const DF df;
+  out[0] = hn::GetLane(hn::SumOfLanes(df, a0));
+  out[1] = hn::GetLane(hn::SumOfLanes(df, a1));
+  out[2] = hn::GetLane(hn::SumOfLanes(df, a2));
+  out[3] = hn::GetLane(hn::SumOfLanes(df, a3));
+#endif
+}
+
+inline void scale_row(float* o, int64_t len, float alpha) {
+  const DF df;
+  const int64_t N = lanes();
+  const auto a = hn::Set(df, alpha);
+  for (int64_t x = 0; x < len; x += N) hn::StoreU(hn::Mul(hn::LoadU(df, o + x), a), df, o + x);
+}
+
+// state = [m × kMaxRows][l × kMaxRows][O × kMaxRows × dvp].
+inline void clear_state(float* st, int64_t rows, int64_t dvp) {
+  std::fill(st, st + kMaxRows, kNegInf);
+  std::fill(st + kMaxRows, st + 2 * kMaxRows, 0.0f);
+  std::fill(st + 2 * kMaxRows, st + 2 * kMaxRows + rows * dvp, 0.0f);
+}
+
+// run = merge(run, part): the log-sum-exp combination of two partial softmax states.
+inline void merge_state_rows(float* run, const float* part, int64_t rows, int64_t dvp) {
+  const DF df;
+  const int64_t N = lanes();
+  for (int64_t r = 0; r < rows; ++r) {
+    const float pm = part[r];
+    if (pm == kNegInf) continue;
+    float* o = run + 2 * kMaxRows + r * dvp;
+    const float* po = part + 2 * kMaxRows + r * dvp;
+    const float rm = run[r];
+    if (rm == kNegInf) {
+      run[r] = pm;
+      run[kMaxRows + r] = part[kMaxRows + r];
+      std::copy(po, po + dvp, o);
+      continue;
+    }
+    const float m = std::max(rm, pm);
+    const float ar = std::exp(rm - m), ap = std::exp(pm - m);
+    run[r] = m;
+    run[kMaxRows + r] = run[kMaxRows + r] * ar + part[kMaxRows + r] * ap;
+    const auto va = hn::Set(df, ar), vb = hn::Set(df, ap);
+    for (int64_t x = 0; x < dvp; x += N)
+      hn::StoreU(hn::MulAdd(hn::LoadU(df, po + x), vb, hn::Mul(hn::LoadU(df, o + x), va)), df,
+                 o + x);
+  }
+}
+
+// Rows of the next tile, to be prefetched into L2 a few at a time while this tile computes. One
+// burst per tile fills the core's miss buffers and stalls the loads the FMAs wait on; spread
+// over the key loop the prefetches overlap compute. L2, not L1: with several KV heads per task
+// a row is used only after the other heads' tiles, long after L1 would have evicted it.
+struct Prefetch {
+  const void* const* k = nullptr;  // row i of the next tile at k[i], v[i]
+  const void* const* v = nullptr;
+  int64_t n = 0, k_bytes = 0, v_bytes = 0;
+
+  HWY_INLINE void rows(int64_t i0, int64_t i1) const {
+    for (int64_t i = i0; i < std::min(i1, n); ++i) {
+      const char* kr = static_cast<const char*>(k[i]);
+      const char* vr = static_cast<const char*>(v[i]);
+      for (int64_t b = 0; b < k_bytes; b += 64) __builtin_prefetch(kr + b, 0, 2);
+      for (int64_t b = 0; b < v_bytes; b += 64) __builtin_prefetch(vr + b, 0, 2);
+    }
+  }
+};
+
+}  // namespace flashback::cpu_fast::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // FLASHBACK_CPU_FAST_SIMD_INL_H_ toggle
