@@ -7,7 +7,7 @@
 // an entry is longer than the grid assumed, so a short max_seqlen_q hint is never wrong, only
 // slower. Each warp owns MT m-tiles of 16 query rows (config.h): S = Q K^T lands in registers,
 // the online softmax runs there (a row lives in a quad of lanes), and P is re-packed as the A
-// operand of P V without touching shared memory. K/V tiles of N keys are double-buffered with
+// operand of P V without touching shared memory. K/V tiles of N keys are STAGES-buffered with
 // cp.async; only the tiles that intersect the block's visible key range (SPEC.md §2:
 // bottom-right causal, window) are visited, a warp skips tiles its rows cannot see, and
 // per-element masking runs only on tiles that straddle a row's range. FP8 caches are widened
@@ -27,15 +27,9 @@
 #include "cuda/prefill/config.h"
 #include "cuda/prefill/ldsm.cuh"
 #include "cuda/prefill/params.h"
+#include "cuda/prefill/softmax.cuh"
 
 namespace flashback::cuda::prefill {
-
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-
-struct Range {
-  int lo, hi;  // inclusive; empty when hi < lo
-};
 
 // The oracle's rule (reference::visible_keys) for query i of an entry.
 __device__ __forceinline__ Range visible(const PrefillParams& p, int i, int q_len, int kv_len) {
@@ -59,7 +53,10 @@ struct Entry {
   float kd, vd;
 };
 
-template <typename Cfg, typename T, KvKind KV>
+// CAP: the logit softcap is on. A template parameter (chosen at launch) so the common path
+// carries no tanh and no per-element branch: with it as a runtime test, ptxas laid out each
+// element's tanh and IEEE division (32 calls to the slow division path per tile) in the loop.
+template <typename Cfg, typename T, KvKind KV, bool CAP>
 struct PrefillKernel {
   static constexpr int D = Cfg::D, DV = Cfg::DV, N = Cfg::N, BM = Cfg::BM, MT = Cfg::MT;
   static constexpr int THREADS = Cfg::THREADS, EB = Cfg::EB, STAGES = Cfg::STAGES;
@@ -116,13 +113,6 @@ struct PrefillKernel {
       wr_last = visible(p, wlast, e.q_len, e.kv_len);
     }
     const bool warp_full = wfirst + WR - 1 < e.q_len;  // all rows are real queries
-    // This thread's rows: 2 per m-tile (lane / 4 and lane / 4 + 8), slot 2 mt + i.
-    Range rr[2 * MT];
-#pragma unroll
-    for (int ri = 0; ri < 2 * MT; ++ri) {
-      const int r = wfirst + (ri >> 1) * 16 + (lane >> 2) + 8 * (ri & 1);
-      rr[ri] = r < e.q_len ? visible(p, r, e.q_len, e.kv_len) : Range{1, 0};
-    }
 
     // Q rows (zeros past the entry) join the first tile's copy group.
     {
@@ -196,7 +186,12 @@ struct PrefillKernel {
       m_run[ri] = -INFINITY;
       l_run[ri] = 0.f;
     }
-    const float sk = p.scale * e.kd;  // logit = softcap(scale * kd * (q . k_stored))
+    // logit = softcap(scale * kd * (q . k_stored)), in base 2 (softmax.cuh).
+    const float sk = p.scale * e.kd;
+    LogitMap lm;
+    lm.mul = sk * kLog2e;
+    lm.in = CAP ? sk / p.softcap : 0.f;
+    lm.out = CAP ? p.softcap * kLog2e : 0.f;
 
     for (int j = 0; j < ntiles; ++j) {
       cp_async_wait<STAGES - 2>();
@@ -249,56 +244,19 @@ struct PrefillKernel {
         }
       }
 
-      // Online softmax in base 2. Masking is needed only where the tile straddles a row's range.
-      const bool full = warp_full && t0 >= wr_last.lo && t0 + N - 1 <= wr_first.hi;
-      float mx[2 * MT];
+      // Online softmax in base 2; masking only where the tile straddles some row's range.
+      if (warp_full && t0 >= wr_last.lo && t0 + N - 1 <= wr_first.hi) {
+        online_softmax<MT, N, DV, false, CAP>(s, m_run, l_run, acc, {}, t0, lane, lm);
+      } else {
+        // This thread's rows (2 per m-tile: lane / 4 and lane / 4 + 8, slot 2 mt + i), derived
+        // here rather than kept across the loop: edge tiles are few, registers are not.
+        Range rr[2 * MT];
 #pragma unroll
-      for (int ri = 0; ri < 2 * MT; ++ri) mx[ri] = -INFINITY;
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int u = 0; u < N / 8; ++u)
-#pragma unroll
-          for (int x = 0; x < 4; ++x) {
-            const int ri = 2 * mt + (x >> 1);
-            float v = s[mt][u][x] * sk;
-            if (p.softcap > 0.f) v = p.softcap * tanhf(v / p.softcap);
-            v *= kLog2e;
-            if (!full) {
-              const int t = t0 + u * 8 + 2 * (lane & 3) + (x & 1);
-              if (t < rr[ri].lo || t > rr[ri].hi) v = -INFINITY;
-            }
-            s[mt][u][x] = v;
-            mx[ri] = fmaxf(mx[ri], v);
-          }
-      float alpha[2 * MT];
-#pragma unroll
-      for (int ri = 0; ri < 2 * MT; ++ri) {
-        mx[ri] = fmaxf(mx[ri], __shfl_xor_sync(0xffffffffu, mx[ri], 1));
-        mx[ri] = fmaxf(mx[ri], __shfl_xor_sync(0xffffffffu, mx[ri], 2));
-        const float m_new = fmaxf(m_run[ri], mx[ri]);
-        alpha[ri] = m_new == -INFINITY ? 1.f : exp2f(m_run[ri] - m_new);
-        m_run[ri] = m_new;
-        l_run[ri] *= alpha[ri];  // per-thread partial sums; the quad is reduced at the end
-      }
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-        for (int u = 0; u < N / 8; ++u)
-#pragma unroll
-          for (int x = 0; x < 4; ++x) {
-            const int ri = 2 * mt + (x >> 1);
-            const float pr = m_run[ri] == -INFINITY ? 0.f : exp2f(s[mt][u][x] - m_run[ri]);
-            s[mt][u][x] = pr;
-            l_run[ri] += pr;
-          }
-#pragma unroll
-        for (int u = 0; u < DV / 8; ++u) {
-          acc[mt][u][0] *= alpha[2 * mt];
-          acc[mt][u][1] *= alpha[2 * mt];
-          acc[mt][u][2] *= alpha[2 * mt + 1];
-          acc[mt][u][3] *= alpha[2 * mt + 1];
+        for (int ri = 0; ri < 2 * MT; ++ri) {
+          const int r = wfirst + (ri >> 1) * 16 + (lane >> 2) + 8 * (ri & 1);
+          rr[ri] = r < e.q_len ? visible(p, r, e.q_len, e.kv_len) : Range{1, 0};
         }
+        online_softmax<MT, N, DV, true, CAP>(s, m_run, l_run, acc, rr, t0, lane, lm);
       }
 
       // O += P V: the S accumulators of keys [16 kk, 16 kk + 16) are exactly the A fragment;
@@ -351,7 +309,12 @@ struct PrefillKernel {
   }
 };
 
-template <typename Cfg, typename T, KvKind KV>
+// Softcap variant of a kernel: launch.cuh picks kCapOff / kCapOn from p.softcap; kCapAny tests
+// it per block (both bodies in one kernel, so it needs the registers of the larger), kept as
+// the default for the CPU emulation test, which drives the kernel without the launcher.
+enum Cap : int { kCapOff = 0, kCapOn = 1, kCapAny = 2 };
+
+template <typename Cfg, typename T, KvKind KV, Cap CAP = kCapAny>
 __global__ void __launch_bounds__(Cfg::THREADS) prefill_kernel(const PrefillParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
   const int h = blockIdx.y, b = blockIdx.z;
@@ -374,7 +337,10 @@ __global__ void __launch_bounds__(Cfg::THREADS) prefill_kernel(const PrefillPara
   e.vd = p.v_descale ? p.v_descale[b * p.vd_s0 + g * p.vd_s1] : 1.f;
   // Heaviest (last, under causal masking) query blocks first, so the grid's tail is short ones.
   for (int mb = gridDim.x - 1 - blockIdx.x; mb * Cfg::BM < e.q_len; mb += gridDim.x) {
-    PrefillKernel<Cfg, T, KV>::block(p, e, h, mb * Cfg::BM, smem);
+    if (CAP == kCapOn || (CAP == kCapAny && p.softcap > 0.f))
+      PrefillKernel<Cfg, T, KV, true>::block(p, e, h, mb * Cfg::BM, smem);
+    else
+      PrefillKernel<Cfg, T, KV, false>::block(p, e, h, mb * Cfg::BM, smem);
     __syncthreads();  // shared memory is reused by the next block
   }
 }

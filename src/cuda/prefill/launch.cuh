@@ -10,10 +10,10 @@
 
 namespace flashback::cuda::prefill {
 
-template <int D, int DV, typename T, KvKind KV>
+template <int D, int DV, typename T, KvKind KV, Cap CAP>
 void launch_one(const PrefillParams& p, cudaStream_t stream) {
   using Cfg = PrefillConfig<D, DV, KV != KvKind::kSame>;
-  auto kernel = prefill_kernel<Cfg, T, KV>;
+  auto kernel = prefill_kernel<Cfg, T, KV, CAP>;
   // Per function and device; cheap, and not a stream operation (legal during graph capture).
   FLASHBACK_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES));
@@ -25,16 +25,25 @@ void launch_one(const PrefillParams& p, cudaStream_t stream) {
   FLASHBACK_CUDA_CHECK_LAUNCH("prefill_kernel");
 }
 
-template <int D, int DV, typename T>
-void launch(const PrefillParams& p, KvKind kv, cudaStream_t stream) {
+template <int D, int DV, typename T, Cap CAP>
+void launch_kv(const PrefillParams& p, KvKind kv, cudaStream_t stream) {
   switch (kv) {
     case KvKind::kSame:
-      return launch_one<D, DV, T, KvKind::kSame>(p, stream);
+      return launch_one<D, DV, T, KvKind::kSame, CAP>(p, stream);
     case KvKind::kE4M3:
-      return launch_one<D, DV, T, KvKind::kE4M3>(p, stream);
+      return launch_one<D, DV, T, KvKind::kE4M3, CAP>(p, stream);
     case KvKind::kE5M2:
-      return launch_one<D, DV, T, KvKind::kE5M2>(p, stream);
+      return launch_one<D, DV, T, KvKind::kE5M2, CAP>(p, stream);
   }
+}
+
+// Softcap is a kernel variant (kernel.cuh says why).
+template <int D, int DV, typename T>
+void launch(const PrefillParams& p, KvKind kv, cudaStream_t stream) {
+  if (p.softcap > 0.f)
+    launch_kv<D, DV, T, kCapOn>(p, kv, stream);
+  else
+    launch_kv<D, DV, T, kCapOff>(p, kv, stream);
 }
 
 // Rows per CTA of an instance (the host sizes the grid with it).

@@ -1,0 +1,113 @@
+// The online softmax of one K/V tile of the prefill kernel, on the S accumulators of a warp's
+// MT m-tiles (a thread holds 2 MT rows: lane / 4 and lane / 4 + 8 of each m-tile, columns
+// 2 (lane % 4) + {0, 1} of each n8 block). Split out of kernel.cuh so the common path can be
+// read (and its SASS counted) on its own: no softcap and no masking is straight-line code of
+// one multiply, one max, one subtract, one exp2 and one add per element.
+#pragma once
+
+#include <cmath>
+
+namespace flashback::cuda::prefill {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+struct Range {
+  int lo, hi;  // inclusive; empty when hi < lo
+};
+
+// 2^x. The libdevice exp2f adds a denormal range fix-up (a compare and two multiplies) around
+// MUFU.EX2; the probabilities it feeds are rounded to 16 bits for P V, so flushing results
+// below 2^-126 to zero changes nothing. ex2(-inf) = +0, which masking relies on.
+__device__ __forceinline__ float fast_exp2(float x) {
+#if defined(__CUDA_ARCH__)
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#else
+  return exp2f(x);  // the CPU emulation test (tests/cuda/prefill_emu)
+#endif
+}
+
+// How raw q.k becomes a base-2 logit: `mul` = scale * k_descale * log2e without softcap;
+// with softcap c, logit2 = out * tanh(q.k * in), in = scale * k_descale / c, out = c * log2e.
+struct LogitMap {
+  float mul, in, out;
+};
+
+/// Turns the warp's S tile (raw q.k of keys [t0, t0 + N)) into P in place, updates the running
+/// max and (per-thread partial) sums, and rescales the O accumulators. MASK: some key of the
+/// tile is outside some row's range `rr` (only tiles on a range edge); CAP: logit softcap.
+template <int MT, int N, int DV, bool MASK, bool CAP>
+__device__ __forceinline__ void online_softmax(float (&s)[MT][N / 8][4], float (&m_run)[2 * MT],
+                                               float (&l_run)[2 * MT], float (&acc)[MT][DV / 8][4],
+                                               const Range (&rr)[2 * MT], int t0, int lane,
+                                               const LogitMap& lm) {
+  float mx[2 * MT];
+  // Row bounds relative to this thread's first column of the tile, so the per-element test
+  // compares against compile-time offsets u * 8 + (x & 1).
+  int lo_rel[2 * MT], hi_rel[2 * MT];
+#pragma unroll
+  for (int ri = 0; ri < 2 * MT; ++ri) {
+    mx[ri] = -INFINITY;
+    if constexpr (MASK) {
+      const int c0 = t0 + 2 * (lane & 3);
+      lo_rel[ri] = rr[ri].lo - c0;
+      hi_rel[ri] = rr[ri].hi - c0;
+    }
+  }
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int u = 0; u < N / 8; ++u)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        const int ri = 2 * mt + (x >> 1);
+        float v;
+        if constexpr (CAP)
+          v = lm.out * tanhf(s[mt][u][x] * lm.in);
+        else
+          v = s[mt][u][x] * lm.mul;
+        if constexpr (MASK) {
+          const int k = u * 8 + (x & 1);
+          if (k < lo_rel[ri] || k > hi_rel[ri]) v = -INFINITY;
+        }
+        s[mt][u][x] = v;
+        mx[ri] = fmaxf(mx[ri], v);
+      }
+  // A row that has seen no key keeps m_run = -inf; subtracting 0 instead leaves its
+  // probabilities exp2(-inf) = 0 and alpha exp2(-inf) = 0 (its sums are 0 anyway), with no
+  // per-element test and no inf - inf.
+  float m_use[2 * MT], alpha[2 * MT];
+#pragma unroll
+  for (int ri = 0; ri < 2 * MT; ++ri) {
+    mx[ri] = fmaxf(mx[ri], __shfl_xor_sync(0xffffffffu, mx[ri], 1));
+    mx[ri] = fmaxf(mx[ri], __shfl_xor_sync(0xffffffffu, mx[ri], 2));
+    const float m_new = fmaxf(m_run[ri], mx[ri]);
+    m_use[ri] = m_new == -INFINITY ? 0.f : m_new;
+    alpha[ri] = fast_exp2(m_run[ri] - m_use[ri]);
+    m_run[ri] = m_new;
+    l_run[ri] *= alpha[ri];  // per-thread partial sums; the quad is reduced at the end
+  }
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int u = 0; u < N / 8; ++u)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        const int ri = 2 * mt + (x >> 1);
+        const float pr = fast_exp2(s[mt][u][x] - m_use[ri]);
+        s[mt][u][x] = pr;
+        l_run[ri] += pr;
+      }
+#pragma unroll
+    for (int u = 0; u < DV / 8; ++u) {
+      acc[mt][u][0] *= alpha[2 * mt];
+      acc[mt][u][1] *= alpha[2 * mt];
+      acc[mt][u][2] *= alpha[2 * mt + 1];
+      acc[mt][u][3] *= alpha[2 * mt + 1];
+    }
+  }
+}
+
+}  // namespace flashback::cuda::prefill
