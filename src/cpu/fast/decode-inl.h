@@ -193,6 +193,13 @@ void accumulate(const float* p, int64_t prow, int64_t pkey, int64_t rows, const 
     }
     return;
   }
+  for (; r + 6 <= rows; r += 6) {  // 6 rows × 2 vectors: 12 accumulator chains
+    int64_t x = 0;
+    for (; x + 2 * N <= len; x += 2 * N)
+      pv_block<6, 2, T>(p + r * prow, prow, pkey, v, j0, j1, o + r * os, os, x);
+    for (; x < len; x += N)
+      pv_block<6, 1, T>(p + r * prow, prow, pkey, v, j0, j1, o + r * os, os, x);
+  }
   for (; r + 4 <= rows; r += 4) {
     int64_t x = 0;
     for (; x + 2 * N <= len; x += 2 * N)

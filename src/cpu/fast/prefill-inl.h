@@ -46,6 +46,8 @@ inline void wide_scores(const float* qt, int64_t rp, const void* const* k, int64
     float* s = st + v0 * N;
     int64_t j = j0;
     if (nrv - v0 >= 4) {
+      // 3 keys × 4 row vectors: 12 accumulator chains cover the FMA latency on two pipes.
+      for (; j + 3 <= j1; j += 3) wide_block<3, 4>(q, rp, k + j, len, s + j * rp);
       for (; j + 2 <= j1; j += 2) wide_block<2, 4>(q, rp, k + j, len, s + j * rp);
       for (; j < j1; ++j) wide_block<1, 4>(q, rp, k + j, len, s + j * rp);
       v0 += 4;
