@@ -44,7 +44,7 @@ step memcheck_backend 45 compute-sanitizer --tool memcheck --error-exitcode 9 $B
 if [[ -n ${NCU:-} ]]; then  # one launch of each hot kernel under Nsight Compute (clocks untouched)
   for w in ${NCU_WORKLOADS:-decode_b64_L8k prefill_8x2k}; do
     step ncu_$w 60 ncu --clock-control none --launch-skip 3 --launch-count 1 \
-      -k regex:'decode_kernel|prefill' --section SpeedOfLight --section MemoryWorkloadAnalysis \
+      -k regex:'decode|prefill' --section SpeedOfLight --section MemoryWorkloadAnalysis \
       --section WarpStateStats --section Occupancy --section LaunchStats --section SchedulerStats \
       $BIN/flashback bench --device cuda --workloads $BIN/workloads.json --only $w --budget 1
     grep -E 'Duration|Memory Throughput|DRAM Throughput|Compute \(SM\)|Achieved Occupancy|Registers Per|Stall|Block Limit|Eligible|Issued Warp' \

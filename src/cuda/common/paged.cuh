@@ -63,11 +63,17 @@ __device__ __forceinline__ KeyBytes key_bytes(KeyLoc l, int64_t k_sp, int64_t k_
 }
 __device__ __forceinline__ KeyBytes no_key() { return make_longlong2(-1, -1); }
 
+// A 16-byte async copy, or (for a key past the range) 16 zero bytes stored directly: the
+// predicated pair costs two instructions where cp.async's src-size operand cost ~10 of 64-bit
+// select arithmetic per chunk.
 __device__ __forceinline__ void cp_async16_or_zero(unsigned char* dst, const unsigned char* src,
                                                    bool ok) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
-                   static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
-               "l"(src), "r"(ok ? 16 : 0));
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %2, 0;\n"
+      " @p cp.async.cg.shared.global [%0], [%1], 16;\n"
+      " @!p st.shared.v4.u32 [%0], {0, 0, 0, 0};\n}\n" ::"r"(
+          static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
+      "l"(src), "r"(static_cast<int>(ok)));
 }
 
 /// Issues the 16-byte copies of keys [0, N) of one tile: K rows (CK chunks each, row pitch
@@ -88,7 +94,7 @@ __device__ __forceinline__ void copy_tile(unsigned char* dst0, const KeyBytes* a
     for (int it = 0; it < N * C / THREADS; ++it) {
       const int key = threadIdx.x / C + it * (THREADS / C);
       const int64_t off = is_k ? at[key].x : at[key].y;
-      cp_async16_or_zero(dst + key * pitch, off >= 0 ? src0 + off : kbase, off >= 0);
+      cp_async16_or_zero(dst + key * pitch, src0 + off, off >= 0);
     }
   } else {
 #pragma unroll
@@ -101,9 +107,82 @@ __device__ __forceinline__ void copy_tile(unsigned char* dst0, const KeyBytes* a
       unsigned char* dst =
           is_k ? dst0 + key * KRAW + ch * 16 : dst0 + N * KRAW + key * VRAW + (ch - CK) * 16;
       const unsigned char* src = is_k ? kbase + ch * 16 : vbase + (ch - CK) * 16;
-      cp_async16_or_zero(dst, off >= 0 ? src + off : kbase, off >= 0);
+      cp_async16_or_zero(dst, src + off, off >= 0);
     }
   }
 }
+
+/// A kernel's K/V tile pipeline: STAGES shared-memory stages of N keys over keys [first, end).
+/// Thread k < N owns key k of every tile: it reads the key's table entry one tile ahead and
+/// publishes the key's byte offsets into the tile's slot of `loc` at the end of an iteration,
+/// so the next iteration's copies find them after its barrier. Per tile j the kernel does:
+///   cp_async_wait<STAGES - 2>(); __syncthreads(); advance(j); ...compute on stage(j)...;
+///   retire(j);
+template <int N, int CK, int CV, int KRAW, int VRAW, int THREADS, int STAGES, int STAGE_BYTES,
+          int EB>
+struct KvPipeline {
+  PageWalk walk;
+  KeyBytes* loc = nullptr;                                 // [STAGES][N], shared
+  unsigned char* stages = nullptr;                         // [STAGES][STAGE_BYTES], shared
+  const unsigned char *kbase = nullptr, *vbase = nullptr;  // cache bases at the KV head
+  int64_t k_sp = 0, k_so = 0, v_sp = 0, v_so = 0;          // element strides (page, offset)
+  int first = 0, end = 0, ntiles = 0;
+  int32_t ahead = 0;
+
+  __device__ __forceinline__ void set_range(int first_key, int end_key) {
+    first = first_key;
+    end = end_key;
+    ntiles = end > first ? (end - first + N - 1) / N : 0;
+  }
+  __device__ __forceinline__ unsigned char* stage(int tile) const {
+    return stages + (tile % STAGES) * STAGE_BYTES;
+  }
+  __device__ __forceinline__ int key_of(int tile) const {
+    return first + tile * N + static_cast<int>(threadIdx.x);
+  }
+  __device__ __forceinline__ int32_t fetch(int tile) const {
+    return threadIdx.x < N && key_of(tile) < end ? walk.read(key_of(tile)) : 0;
+  }
+  __device__ __forceinline__ void publish(int tile, int32_t entry) {
+    if (threadIdx.x < N)
+      loc[(tile % STAGES) * N + threadIdx.x] =
+          key_of(tile) < end
+              ? key_bytes(walk.locate(entry, key_of(tile)), k_sp, k_so, v_sp, v_so, EB)
+              : no_key();
+  }
+  __device__ __forceinline__ void copy(int tile) {
+    copy_tile<N, CK, CV, KRAW, VRAW, THREADS>(stage(tile), loc + (tile % STAGES) * N, kbase, vbase);
+  }
+  /// Tiles [0, STAGES - 1) located and their copies issued, one commit group each (cp.async
+  /// the caller issued before joins tile 0's group); tile STAGES - 1 located.
+  __device__ __forceinline__ void prologue() {
+    int32_t e[STAGES - 1];
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) e[s] = s < ntiles ? fetch(s) : 0;
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) publish(s, e[s]);
+    __syncthreads();
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+      if (s < ntiles) copy(s);
+      asm volatile("cp.async.commit_group;\n");
+    }
+    if (STAGES - 1 < ntiles) {
+      ahead = fetch(STAGES - 1);
+      publish(STAGES - 1, ahead);
+    }
+  }
+  /// Iteration j, after its barrier: copy tile j + STAGES - 1, read tile j + STAGES's entry.
+  __device__ __forceinline__ void advance(int j) {
+    if (j + STAGES - 1 < ntiles) copy(j + STAGES - 1);
+    asm volatile("cp.async.commit_group;\n");
+    if (j + STAGES < ntiles) ahead = fetch(j + STAGES);
+  }
+  /// End of iteration j: publish tile j + STAGES's location (into tile j's slot, whose copy
+  /// was issued STAGES - 1 iterations ago).
+  __device__ __forceinline__ void retire(int j) {
+    if (j + STAGES < ntiles) publish(j + STAGES, ahead);
+  }
+};
 
 }  // namespace flashback::cuda

@@ -55,3 +55,42 @@ struct DecodeConfig {
 };
 
 }  // namespace flashback::cuda
+
+namespace flashback::cuda {
+
+// The warps-split-keys shape (warp_keys.cuh) for up to 16 rows per CTA (decode with GQA groups
+// up to 16, verify with group x tokens <= 16) and v heads up to 256 wide: each of the 4 warps
+// takes 16 keys of every tile and keeps S, P and its O partial (16 x DV fp32) in registers.
+template <int D_, int DV_, bool FP8_>
+struct DecodeWkConfig {
+  static constexpr int D = D_, DV = DV_;
+  static constexpr bool FP8 = FP8_;
+  static constexpr int WARPS = 4, THREADS = 32 * WARPS;
+  static constexpr int KW = 16;         // keys per warp per tile (the k of the P V mma)
+  static constexpr int N = WARPS * KW;  // keys per tile
+  static constexpr int ROWS = 16;
+  static constexpr int EB = FP8 ? 1 : 2;
+  static constexpr int QP = D + 8, KP = D + 8, VP = DV + 8;      // 16-bit pitches (elements)
+  static constexpr int KRAW = D * EB + 16, VRAW = DV * EB + 16;  // raw stage rows, bytes
+  static constexpr int STAGE_BYTES = N * (KRAW + VRAW);
+  static constexpr int Q_BYTES = ROWS * QP * 2;
+  static constexpr int CVT_BYTES = FP8 ? WARPS * KW * (KP + VP) * 2 : 0;  // per-warp widened
+  static constexpr int LOC_BYTES = 4 * N * 16;
+  static constexpr int BASE_BYTES = Q_BYTES + CVT_BYTES + LOC_BYTES;
+  static constexpr int kHalfSm = 113 * 1024, kFullSm = 227 * 1024;
+  static constexpr int STAGES_2CTA = (kHalfSm - BASE_BYTES) / STAGE_BYTES;
+  static constexpr int STAGES_1CTA = (kFullSm - BASE_BYTES) / STAGE_BYTES;
+  static constexpr int STAGES =
+      STAGES_2CTA >= 3 ? (STAGES_2CTA < 4 ? STAGES_2CTA : 4) : (STAGES_1CTA < 4 ? STAGES_1CTA : 4);
+  static constexpr int SMEM_BYTES = BASE_BYTES + STAGES * STAGE_BYTES;
+  // The cross-warp merge at the end reuses the stages: per warp 16 x DV fp32 partials plus the
+  // row maxima and sums, then the merged row statistics.
+  static constexpr int MERGE_BYTES = WARPS * ROWS * DV * 4 + 2 * WARPS * ROWS * 4 + 2 * ROWS * 4;
+
+  static_assert(D % 16 == 0 && DV % 16 == 0 && DV <= 256, "head dims");
+  static_assert(STAGES >= 2, "fewer than two K/V stages fit in shared memory");
+  static_assert(SMEM_BYTES <= 227 * 1024, "shared memory per CTA exceeds 227 KB");
+  static_assert(MERGE_BYTES <= STAGES * STAGE_BYTES, "merge scratch must fit in the stages");
+};
+
+}  // namespace flashback::cuda

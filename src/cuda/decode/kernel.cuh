@@ -24,27 +24,13 @@
 #include "cuda/common/mma.cuh"
 #include "cuda/common/paged.cuh"
 #include "cuda/decode/config.h"
+#include "cuda/decode/entry.cuh"
 #include "cuda/decode/params.h"
 
 namespace flashback::cuda {
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
-
-struct KeyRangeDev {
-  int lo, hi;  // inclusive; empty when hi < lo
-};
-
-// The oracle's rule (reference::visible_keys), on the device.
-__device__ __forceinline__ KeyRangeDev visible_keys_dev(int i, int q_len, int kv_len,
-                                                        const DecodeParams& p) {
-  const int pos = kv_len - q_len + i;
-  int lo = 0, hi = kv_len - 1;
-  if (p.causal && pos < hi) hi = pos;
-  if (p.window_left >= 0 && pos - p.window_left > lo) lo = pos - p.window_left;
-  if (p.window_right >= 0 && pos + p.window_right < hi) hi = pos + p.window_right;
-  return {lo, hi};
-}
 
 template <typename Cfg, typename T, KvKind KV>
 __global__ void __launch_bounds__(Cfg::THREADS) decode_kernel(const DecodeParams p) {
@@ -68,101 +54,33 @@ __global__ void __launch_bounds__(Cfg::THREADS) decode_kernel(const DecodeParams
   KeyBytes* sLoc = reinterpret_cast<KeyBytes*>(sAlpha + 4 * ROWS);  // [STAGES][N]
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int split = blockIdx.x;
-  const int g = blockIdx.y / p.row_blocks, rb = blockIdx.y % p.row_blocks;
-  const int b = blockIdx.z;
+  DecodeEntry e;
+  if (!load_entry<T, DV, ROWS, N>(p, e)) return;
+  const int q_len = e.q_len, kv_len = e.kv_len, rows_total = e.rows_total, row0 = e.row0;
+  const int split = e.split, q0 = e.q0, g = e.g, end = e.end;
+  const float kd = e.kd, vd = e.vd;
+  load_rows<T, ROWS, D, QP>(p, e, static_cast<const T*>(p.q), p.q_st, p.q_sh, sQ);
+  if constexpr (QV)
+    load_rows<T, ROWS, DV, QVP>(p, e, static_cast<const T*>(p.qv), p.qv_st, p.qv_sh, sQV);
 
-  const int q0 = p.cu_q[b * p.cu_q_s];
-  const int q_len = p.cu_q[(b + 1) * p.cu_q_s] - q0;
-  const int kv_len = p.seqlens[b * p.seqlens_s];
-  const int start = p.kv_start ? p.kv_start[b * p.kv_start_s] : 0;
-  const int trow = p.table_rows ? p.table_rows[b * p.table_rows_s] : b;
-  if (q_len <= 0) return;
-  const int rows_total = q_len * p.group;
-  const int row0 = rb * ROWS;
-  if (q_len > p.max_q) {
-    // The grid was sized for max_q queries per entry: a longer entry is outside this kernel's
-    // contract (issue #7). Make it loud in the data rather than leave stale values.
-    if (split == 0 && rb == 0) {
-      for (int e = tid; e < q_len * p.group * DV; e += THREADS) {
-        const int r = e / DV, c = e % DV;
-        const int tok = q0 + r / p.group, head = g * p.group + r % p.group;
-        static_cast<T*>(p.out)[tok * p.out_st + head * p.out_sh + c] = from_float<T>(NAN);
-        if (c == 0 && p.lse) p.lse[tok * p.lse_st + head * p.lse_sh] = NAN;
-      }
-    }
-    return;
-  }
-  if (row0 >= rows_total) return;
-
-  // This split's keys: a slice of the union of the entry's visible ranges.
-  int begin = 0, end = 0;
-  {
-    const KeyRangeDev first = visible_keys_dev(0, q_len, kv_len, p);
-    const KeyRangeDev last = visible_keys_dev(q_len - 1, q_len, kv_len, p);
-    const int lo = first.lo, hi = last.hi;
-    if (hi >= lo) {
-      const int range = hi - lo + 1;
-      int chunk = p.split_chunk;
-      if (chunk <= 0) chunk = ((range + p.num_splits - 1) / p.num_splits + N - 1) / N * N;
-      const int64_t b0 = lo + static_cast<int64_t>(split) * chunk;
-      if (b0 <= hi) {
-        begin = static_cast<int>(b0);
-        end = min(hi + 1, begin + chunk);
-      }
-    }
-  }
-  const float kd = p.k_descale ? p.k_descale[b * p.kd_s0 + g * p.kd_s1] : 1.0f;
-  const float vd = p.v_descale ? p.v_descale[b * p.vd_s0 + g * p.vd_s1] : 1.0f;
-
-  // Q (and Qv) rows of this block into shared memory; rows past the entry are zeros.
-  {
-    const T* q = static_cast<const T*>(p.q);
-    for (int e = tid; e < ROWS * D; e += THREADS) {
-      const int r = e / D, d = e % D, gr = row0 + r;
-      T x = from_float<T>(0.f);
-      if (gr < rows_total)
-        x = q[(q0 + gr / p.group) * p.q_st + (g * p.group + gr % p.group) * p.q_sh + d];
-      sQ[r * QP + d] = x;
-    }
-    if constexpr (QV) {
-      const T* qv = static_cast<const T*>(p.qv);
-      for (int e = tid; e < ROWS * DV; e += THREADS) {
-        const int r = e / DV, d = e % DV, gr = row0 + r;
-        T x = from_float<T>(0.f);
-        if (gr < rows_total)
-          x = qv[(q0 + gr / p.group) * p.qv_st + (g * p.group + gr % p.group) * p.qv_sh + d];
-        sQV[r * QVP + d] = x;
-      }
-    }
-  }
-
-  // Tile loader (cuda/common/paged.cuh): thread `key` < N reads the table entry of one key a
-  // tile ahead and publishes its location to the stage's slot of sLoc; the copies then need no
-  // table reads of their own.
-  const unsigned char* kbase = static_cast<const unsigned char*>(p.k) + g * p.k_sh * EB;
-  const unsigned char* vbase = static_cast<const unsigned char*>(p.v) + g * p.v_sh * EB;
-  PageWalk walk;
-  walk.row = p.table + static_cast<int64_t>(trow) * p.table_s0;
-  walk.s1 = p.table_s1;
-  walk.start = start;
-  walk.slots = p.table_holds_slots;
-  walk.set_page_size(p.page_size);
-  auto key_of = [&](int tile) { return begin + tile * N + tid; };
-  auto fetch = [&](int tile) -> int32_t {
-    return tid < N && key_of(tile) < end ? walk.read(key_of(tile)) : 0;
-  };
-  auto publish = [&](int tile, int32_t entry) {
-    if (tid < N)
-      sLoc[(tile % STAGES) * N + tid] =
-          key_of(tile) < end
-              ? key_bytes(walk.locate(entry, key_of(tile)), p.k_sp, p.k_so, p.v_sp, p.v_so, EB)
-              : no_key();
-  };
-  auto copy = [&](int tile) {
-    copy_tile<N, D * EB / 16, DV * EB / 16, Cfg::KRAW, Cfg::VRAW, THREADS>(
-        sStage + (tile % STAGES) * Cfg::STAGE_BYTES, sLoc + (tile % STAGES) * N, kbase, vbase);
-  };
+  // K/V tiles (cuda/common/paged.cuh).
+  KvPipeline<N, D * EB / 16, DV * EB / 16, Cfg::KRAW, Cfg::VRAW, THREADS, STAGES, Cfg::STAGE_BYTES,
+             EB>
+      kv;
+  kv.walk.row = p.table + static_cast<int64_t>(e.trow) * p.table_s0;
+  kv.walk.s1 = p.table_s1;
+  kv.walk.start = e.start;
+  kv.walk.slots = p.table_holds_slots;
+  kv.walk.set_page_size(p.page_size);
+  kv.loc = sLoc;
+  kv.stages = sStage;
+  kv.kbase = static_cast<const unsigned char*>(p.k) + g * p.k_sh * EB;
+  kv.vbase = static_cast<const unsigned char*>(p.v) + g * p.v_sh * EB;
+  kv.k_sp = p.k_sp;
+  kv.k_so = p.k_so;
+  kv.v_sp = p.v_sp;
+  kv.v_so = p.v_so;
+  kv.set_range(e.begin, e.end);
 
   // Softmax row ownership is static, so the running max and sum live in registers.
   const int my_row = tid / TPR, sub = tid % TPR;
@@ -186,35 +104,13 @@ __global__ void __launch_bounds__(Cfg::THREADS) decode_kernel(const DecodeParams
 #pragma unroll
       for (int x = 0; x < 4; ++x) acc[mt][u][x] = 0.f;
 
-  const int ntiles = end > begin ? (end - begin + N - 1) / N : 0;
-  {
-    int32_t first[STAGES - 1];
-#pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) first[s] = s < ntiles ? fetch(s) : 0;
-#pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) publish(s, first[s]);
-  }
-  __syncthreads();
-#pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < ntiles) copy(s);
-    cp_async_commit();
-  }
-  // The entry read for tile j + STAGES during iteration j, published at the iteration's end
-  // into the slot tile j's copy used (its copy was issued STAGES - 1 iterations ago).
-  int32_t ahead = STAGES - 1 < ntiles ? fetch(STAGES - 1) : 0;
-  if (STAGES - 1 < ntiles) publish(STAGES - 1, ahead);
-
+  const int begin = e.begin, ntiles = kv.ntiles;
+  kv.prologue();
   for (int j = 0; j < ntiles; ++j) {
     cp_async_wait<STAGES - 2>();
     __syncthreads();
-    {
-      const int next = j + STAGES - 1;
-      if (next < ntiles) copy(next);
-      cp_async_commit();
-      if (next + 1 < ntiles) ahead = fetch(next + 1);
-    }
-    unsigned char* stage = sStage + (j % STAGES) * Cfg::STAGE_BYTES;
+    kv.advance(j);
+    unsigned char* stage = kv.stage(j);
     const T* Kt = reinterpret_cast<const T*>(stage);
     const T* Vt = reinterpret_cast<const T*>(stage + N * Cfg::KRAW);
     if constexpr (FP8) {
@@ -340,7 +236,7 @@ __global__ void __launch_bounds__(Cfg::THREADS) decode_kernel(const DecodeParams
           if (warp + u * WARPS < Cfg::NT8) mma16816<T>(acc[mt][u], a, bv[u][0], bv[u][1]);
       }
     }
-    if (j + STAGES < ntiles) publish(j + STAGES, ahead);
+    kv.retire(j);
   }
   cp_async_wait<0>();
 

@@ -8,6 +8,7 @@
 #include "cuda/common/check.cuh"
 #include "cuda/decode/kernel.cuh"
 #include "cuda/decode/launch.h"
+#include "cuda/decode/warp_keys.cuh"
 
 namespace flashback::cuda {
 
@@ -29,6 +30,20 @@ void launch_decode_one(const DecodeParams& p, cudaStream_t stream) {
   FLASHBACK_CUDA_CHECK_LAUNCH("decode_kernel");
 }
 
+// Up to 16 rows and v heads up to 256 wide: the warps-split-keys kernel (warp_keys.cuh).
+template <int D, int DV, typename T, KvKind KV>
+void launch_decode_wk(const DecodeParams& p, cudaStream_t stream) {
+  using Cfg = DecodeWkConfig<D, DV, KV != KvKind::kSame>;
+  auto kernel = decode_wk_kernel<Cfg, T, KV>;
+  FLASHBACK_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES));
+  FLASHBACK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                            cudaSharedmemCarveoutMaxShared));
+  const dim3 grid(p.num_splits, p.heads_kv * p.row_blocks, p.batch);
+  kernel<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(p);
+  FLASHBACK_CUDA_CHECK_LAUNCH("decode_wk_kernel");
+}
+
 template <int D, int DV, bool QV, typename T, int MT>
 void launch_decode_mt(const DecodeParams& p, KvKind kv, cudaStream_t stream) {
   switch (kv) {
@@ -43,6 +58,18 @@ void launch_decode_mt(const DecodeParams& p, KvKind kv, cudaStream_t stream) {
 
 template <int D, int DV, bool QV, typename T>
 void launch_decode(const DecodeParams& p, int m_tiles, KvKind kv, cudaStream_t stream) {
+  if constexpr (!QV && DV <= 256) {
+    if (m_tiles == 1) {
+      switch (kv) {
+        case KvKind::kSame:
+          return launch_decode_wk<D, DV, T, KvKind::kSame>(p, stream);
+        case KvKind::kE4M3:
+          return launch_decode_wk<D, DV, T, KvKind::kE4M3>(p, stream);
+        case KvKind::kE5M2:
+          return launch_decode_wk<D, DV, T, KvKind::kE5M2>(p, stream);
+      }
+    }
+  }
   if (m_tiles == 1) return launch_decode_mt<D, DV, QV, T, 1>(p, kv, stream);
   return launch_decode_mt<D, DV, QV, T, 4>(p, kv, stream);
 }

@@ -1,0 +1,110 @@
+// What every short-query CTA works out first, shared by the two kernel shapes (kernel.cuh:
+// warps split the output columns; warp_keys.cuh: warps split the keys): its entry, its rows,
+// and the slice of keys its split covers.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/common/dtype.cuh"
+#include "cuda/decode/params.h"
+
+namespace flashback::cuda {
+
+struct KeyRangeDev {
+  int lo, hi;  // inclusive; empty when hi < lo
+};
+
+// The oracle's rule (reference::visible_keys), on the device.
+__device__ __forceinline__ KeyRangeDev visible_keys_dev(int i, int q_len, int kv_len,
+                                                        const DecodeParams& p) {
+  const int pos = kv_len - q_len + i;
+  int lo = 0, hi = kv_len - 1;
+  if (p.causal && pos < hi) hi = pos;
+  if (p.window_left >= 0 && pos - p.window_left > lo) lo = pos - p.window_left;
+  if (p.window_right >= 0 && pos + p.window_right < hi) hi = pos + p.window_right;
+  return {lo, hi};
+}
+
+struct DecodeEntry {
+  int q0, q_len, kv_len, start, trow;
+  int rows_total, row0;  // (query, head-in-group) rows of the entry; the CTA's first
+  int g;                 // KV head
+  int begin, end;        // this split's keys [begin, end)
+  float kd, vd;          // descales (1 without)
+  int split;
+
+  // Row r of the entry as (token, q head).
+  __device__ __forceinline__ int token(const DecodeParams& p, int r) const {
+    return q0 + r / p.group;
+  }
+  __device__ __forceinline__ int head(const DecodeParams& p, int r) const {
+    return g * p.group + r % p.group;
+  }
+};
+
+/// Fills `e` for this CTA (grid: split x (KV head, row block) x entry). Returns false when the
+/// CTA has nothing to do. Splits cover ceil(range / splits) keys rounded up to the tile size N
+/// (or p.split_chunk keys in the deterministic mode). An entry longer than the grid's max_q is
+/// outside the kernel's contract: its output is made NaN (loud) rather than left stale.
+template <typename T, int DV, int ROWS, int N>
+__device__ __forceinline__ bool load_entry(const DecodeParams& p, DecodeEntry& e) {
+  e.split = blockIdx.x;
+  e.g = blockIdx.y / p.row_blocks;
+  const int rb = blockIdx.y % p.row_blocks, b = blockIdx.z;
+  e.q0 = p.cu_q[b * p.cu_q_s];
+  e.q_len = p.cu_q[(b + 1) * p.cu_q_s] - e.q0;
+  e.kv_len = p.seqlens[b * p.seqlens_s];
+  e.start = p.kv_start ? p.kv_start[b * p.kv_start_s] : 0;
+  e.trow = p.table_rows ? p.table_rows[b * p.table_rows_s] : b;
+  if (e.q_len <= 0) return false;
+  e.rows_total = e.q_len * p.group;
+  e.row0 = rb * ROWS;
+  if (e.q_len > p.max_q) {
+    if (e.split == 0 && rb == 0) {
+      for (int i = threadIdx.x; i < e.rows_total * DV; i += blockDim.x) {
+        const int r = i / DV, c = i % DV;
+        const int tok = e.token(p, r), head = e.head(p, r);
+        static_cast<T*>(p.out)[tok * p.out_st + head * p.out_sh + c] = from_float<T>(NAN);
+        if (c == 0 && p.lse) p.lse[tok * p.lse_st + head * p.lse_sh] = NAN;
+      }
+    }
+    return false;
+  }
+  if (e.row0 >= e.rows_total) return false;
+
+  // This split's keys: a slice of the union of the entry's visible ranges.
+  e.begin = e.end = 0;
+  const int lo = visible_keys_dev(0, e.q_len, e.kv_len, p).lo;
+  const int hi = visible_keys_dev(e.q_len - 1, e.q_len, e.kv_len, p).hi;
+  if (hi >= lo) {
+    const int range = hi - lo + 1;
+    int chunk = p.split_chunk;
+    if (chunk <= 0) chunk = ((range + p.num_splits - 1) / p.num_splits + N - 1) / N * N;
+    const int64_t b0 = lo + static_cast<int64_t>(e.split) * chunk;
+    if (b0 <= hi) {
+      e.begin = static_cast<int>(b0);
+      e.end = min(hi + 1, e.begin + chunk);
+    }
+  }
+  e.kd = p.k_descale ? p.k_descale[b * p.kd_s0 + e.g * p.kd_s1] : 1.0f;
+  e.vd = p.v_descale ? p.v_descale[b * p.vd_s0 + e.g * p.vd_s1] : 1.0f;
+  return true;
+}
+
+/// The CTA's ROWS x W slice of q (or qv) into shared memory (pitch P); rows past the entry are
+/// zeros.
+template <typename T, int ROWS, int W, int P>
+__device__ __forceinline__ void load_rows(const DecodeParams& p, const DecodeEntry& e, const T* src,
+                                          int64_t st, int64_t sh, T* dst) {
+  for (int i = threadIdx.x; i < ROWS * W; i += blockDim.x) {
+    const int r = i / W, d = i % W, gr = e.row0 + r;
+    T x = from_float<T>(0.f);
+    if (gr < e.rows_total) x = src[e.token(p, gr) * st + e.head(p, gr) * sh + d];
+    dst[r * P + d] = x;
+  }
+}
+
+}  // namespace flashback::cuda

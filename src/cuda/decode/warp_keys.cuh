@@ -1,0 +1,295 @@
+// Paged attention for up to 16 rows per CTA (decode with a GQA group <= 16, verify with group x
+// tokens <= 16), v heads up to 256: the warps split the keys.
+//
+// Same grid, split-KV plan, workspace and combine as kernel.cuh; what differs is the inside of a
+// tile. There, S went through shared memory and three barriers per tile separated the logits,
+// softmax and P V phases (warps split the output columns): fine for 64 rows or a 512-wide MLA
+// output, but for a 16-row decode block the barriers and shared round trips cost more issue
+// slots than the copies. Here each of the 4 warps owns 16 keys of every 64-key tile and runs
+// FlashAttention-2's inner loop on them alone: S = Q K^T (16 x 16) in registers, the online
+// softmax in registers (a row lives in a lane quad), P re-packed as the A operand of P V, and a
+// 16 x DV fp32 partial output per warp. One barrier per tile (the stage hand-off); the four
+// partial states merge once, through shared memory, at the end.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/common/dtype.cuh"
+#include "cuda/common/mma.cuh"
+#include "cuda/common/paged.cuh"
+#include "cuda/decode/config.h"
+#include "cuda/decode/entry.cuh"
+#include "cuda/decode/params.h"
+
+namespace flashback::cuda {
+
+namespace wk {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* ptr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(ptr)));
+}
+
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float a, float b) {
+  T x[2] = {from_float<T>(a), from_float<T>(b)};
+  return *reinterpret_cast<const uint32_t*>(x);
+}
+
+// Widens this warp's KW keys of an fp8 stage (K rows then V rows) to q's 16-bit type.
+template <typename Cfg, typename T, KvKind KV>
+__device__ __forceinline__ void widen_warp(const unsigned char* stage, int warp, int lane, T* k16,
+                                           T* v16) {
+  constexpr int D = Cfg::D, DV = Cfg::DV, KW = Cfg::KW;
+  constexpr int UNITS = KW * (D + DV) / 8;  // 8 fp8 values each
+  for (int u = lane; u < UNITS; u += 32) {
+    const bool is_k = u < KW * D / 8;
+    const int uu = is_k ? u : u - KW * D / 8;
+    const int w = is_k ? D / 8 : DV / 8;
+    const int key = uu / w, c8 = uu % w, gkey = warp * KW + key;
+    const unsigned char* src = is_k ? stage + gkey * Cfg::KRAW + c8 * 8
+                                    : stage + Cfg::N * Cfg::KRAW + gkey * Cfg::VRAW + c8 * 8;
+    const uint2 raw = *reinterpret_cast<const uint2*>(src);
+    uint4 o;
+    o.x = fp8x2_to<T, KV>(static_cast<uint16_t>(raw.x & 0xffff));
+    o.y = fp8x2_to<T, KV>(static_cast<uint16_t>(raw.x >> 16));
+    o.z = fp8x2_to<T, KV>(static_cast<uint16_t>(raw.y & 0xffff));
+    o.w = fp8x2_to<T, KV>(static_cast<uint16_t>(raw.y >> 16));
+    *reinterpret_cast<uint4*>(is_k ? k16 + key * Cfg::KP + c8 * 8 : v16 + key * Cfg::VP + c8 * 8) =
+        o;
+  }
+}
+
+}  // namespace wk
+
+template <typename Cfg, typename T, KvKind KV>
+__global__ void __launch_bounds__(Cfg::THREADS) decode_wk_kernel(const DecodeParams p) {
+  constexpr int D = Cfg::D, DV = Cfg::DV, N = Cfg::N, KW = Cfg::KW, ROWS = Cfg::ROWS;
+  constexpr int WARPS = Cfg::WARPS, THREADS = Cfg::THREADS, STAGES = Cfg::STAGES, EB = Cfg::EB;
+  constexpr int QP = Cfg::QP, KP = Cfg::KP, VP = Cfg::VP;
+  constexpr bool FP8 = Cfg::FP8;
+  static_assert(FP8 == (KV != KvKind::kSame), "config and KV kind disagree");
+
+  extern __shared__ __align__(16) unsigned char smem[];
+  unsigned char* sStage = smem;
+  T* sQ = reinterpret_cast<T*>(smem + STAGES * Cfg::STAGE_BYTES);
+  KeyBytes* sLoc = reinterpret_cast<KeyBytes*>(smem + STAGES * Cfg::STAGE_BYTES + Cfg::Q_BYTES);
+  T* sCvt = reinterpret_cast<T*>(smem + STAGES * Cfg::STAGE_BYTES + Cfg::Q_BYTES + Cfg::LOC_BYTES);
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  DecodeEntry e;
+  if (!load_entry<T, DV, ROWS, N>(p, e)) return;
+  load_rows<T, ROWS, D, QP>(p, e, static_cast<const T*>(p.q), p.q_st, p.q_sh, sQ);
+
+  KvPipeline<N, D * EB / 16, DV * EB / 16, Cfg::KRAW, Cfg::VRAW, THREADS, STAGES, Cfg::STAGE_BYTES,
+             EB>
+      kv;
+  kv.walk.row = p.table + static_cast<int64_t>(e.trow) * p.table_s0;
+  kv.walk.s1 = p.table_s1;
+  kv.walk.start = e.start;
+  kv.walk.slots = p.table_holds_slots;
+  kv.walk.set_page_size(p.page_size);
+  kv.loc = sLoc;
+  kv.stages = sStage;
+  kv.kbase = static_cast<const unsigned char*>(p.k) + e.g * p.k_sh * EB;
+  kv.vbase = static_cast<const unsigned char*>(p.v) + e.g * p.v_sh * EB;
+  kv.k_sp = p.k_sp;
+  kv.k_so = p.k_so;
+  kv.v_sp = p.v_sp;
+  kv.v_so = p.v_so;
+  kv.set_range(e.begin, e.end);
+
+  // This thread's two rows (lane / 4 and lane / 4 + 8 of the block) and their key ranges.
+  int lo[2], hi[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int gr = e.row0 + (lane >> 2) + 8 * i;
+    lo[i] = 1;
+    hi[i] = 0;
+    if (gr < e.rows_total) {
+      const KeyRangeDev r = visible_keys_dev(gr / p.group, e.q_len, e.kv_len, p);
+      lo[i] = r.lo;
+      hi[i] = min(r.hi, e.end - 1);
+    }
+  }
+  // logit (base 2) = softcap(scale * kd * s) * log2(e); without softcap one multiply.
+  const bool capped = p.softcap > 0.f;
+  const float mul = capped ? p.scale * e.kd / p.softcap : p.scale * e.kd * wk::kLog2e;
+  const float post = capped ? p.softcap * wk::kLog2e : 1.f;
+
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+  float acc[DV / 8][4];
+#pragma unroll
+  for (int u = 0; u < DV / 8; ++u) acc[u][0] = acc[u][1] = acc[u][2] = acc[u][3] = 0.f;
+
+  T* k16 = sCvt + warp * KW * (KP + VP);
+  T* v16 = k16 + KW * KP;
+  kv.prologue();
+  for (int j = 0; j < kv.ntiles; ++j) {
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    kv.advance(j);
+    const int t0 = kv.first + j * N + warp * KW;  // this warp's first key
+    if (t0 < e.end) {
+      const unsigned char* stage = kv.stage(j);
+      const T* Kw = reinterpret_cast<const T*>(stage + warp * KW * Cfg::KRAW);
+      const T* Vw = reinterpret_cast<const T*>(stage + N * Cfg::KRAW + warp * KW * Cfg::VRAW);
+      if constexpr (FP8) {
+        __syncwarp();  // the previous tile's reads of k16 / v16 are done
+        wk::widen_warp<Cfg, T, KV>(stage, warp, lane, k16, v16);
+        __syncwarp();
+        Kw = k16;
+        Vw = v16;
+      }
+      // S = Q K^T: 16 rows x 16 keys, n8 tiles 0 (keys 0-7) and 1 (8-15).
+      float s[2][4] = {};
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks) {
+        uint32_t a[4], b[4];
+        ldmatrix_x4(a, sQ + (lane & 15) * QP + ks * 16 + (lane >> 4) * 8);
+        ldmatrix_x4(b,
+                    Kw + ((lane & 7) + ((lane >> 4) << 3)) * KP + ks * 16 + ((lane >> 3) & 1) * 8);
+        mma16816<T>(s[0], a, b[0], b[1]);
+        mma16816<T>(s[1], a, b[2], b[3]);
+      }
+      // Online softmax in base 2; element x of n8 tile nt is row (x >> 1), key nt*8 + 2*(lane&3) +
+      // (x&1).
+      float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) {
+          const int i = x >> 1, t = t0 + nt * 8 + 2 * (lane & 3) + (x & 1);
+          float v = s[nt][x] * mul;
+          if (capped) v = tanhf(v) * post;
+          v = (t >= lo[i] && t <= hi[i]) ? v : -INFINITY;
+          s[nt][x] = v;
+          mx[i] = fmaxf(mx[i], v);
+        }
+      float alpha[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+        const float m_new = fmaxf(m_run[i], mx[i]);
+        alpha[i] = m_new == -INFINITY ? 1.f : exp2f(m_run[i] - m_new);
+        m_run[i] = m_new;
+        l_run[i] *= alpha[i];  // per-thread partial sums; the quad is reduced at the end
+      }
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) {
+          const int i = x >> 1;
+          const float pr = m_run[i] == -INFINITY ? 0.f : exp2f(s[nt][x] - m_run[i]);
+          s[nt][x] = pr;
+          l_run[i] += pr;
+        }
+#pragma unroll
+      for (int u = 0; u < DV / 8; ++u) {
+        acc[u][0] *= alpha[0];
+        acc[u][1] *= alpha[0];
+        acc[u][2] *= alpha[1];
+        acc[u][3] *= alpha[1];
+      }
+      // O += P V: S's accumulator layout is exactly the A fragment of a 16 x 16 (rows x keys) tile.
+      uint32_t a[4];
+      a[0] = wk::pack2<T>(s[0][0], s[0][1]);
+      a[1] = wk::pack2<T>(s[0][2], s[0][3]);
+      a[2] = wk::pack2<T>(s[1][0], s[1][1]);
+      a[3] = wk::pack2<T>(s[1][2], s[1][3]);
+#pragma unroll
+      for (int dp = 0; dp < DV / 16; ++dp) {
+        uint32_t bv[4];
+        wk::ldsm_x4_trans(bv, Vw + (lane & 15) * VP + dp * 16 + (lane >> 4) * 8);
+        mma16816<T>(acc[2 * dp], a, bv[0], bv[1]);
+        mma16816<T>(acc[2 * dp + 1], a, bv[2], bv[3]);
+      }
+    }
+    kv.retire(j);
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the stages become the merge scratch
+
+  // Merge the four warps' states: row max M, sum L = sum_w l_w 2^(m_w - M), O = sum_w O_w 2^(m_w -
+  // M).
+  float* sO = reinterpret_cast<float*>(sStage);  // [WARPS][ROWS][DV]
+  float* sM = sO + WARPS * ROWS * DV;            // [WARPS][ROWS]
+  float* sLw = sM + WARPS * ROWS;                // [WARPS][ROWS]
+  float* sMt = sLw + WARPS * ROWS;               // [ROWS] merged max
+  float* sLt = sMt + ROWS;                       // [ROWS] merged sum
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 1);
+    l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 2);
+    if ((lane & 3) == 0) {
+      sM[warp * ROWS + (lane >> 2) + 8 * i] = m_run[i];
+      sLw[warp * ROWS + (lane >> 2) + 8 * i] = l_run[i];
+    }
+  }
+  __syncthreads();
+  if (tid < ROWS) {
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) M = fmaxf(M, sM[w * ROWS + tid]);
+    float L = 0.f;
+    if (M != -INFINITY)
+#pragma unroll
+      for (int w = 0; w < WARPS; ++w) L += sLw[w * ROWS + tid] * exp2f(sM[w * ROWS + tid] - M);
+    sMt[tid] = M;
+    sLt[tid] = L;
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = (lane >> 2) + 8 * i;
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) M = fmaxf(M, sM[w * ROWS + r]);
+    const float f = m_run[i] == -INFINITY ? 0.f : exp2f(m_run[i] - M);
+    float* o = sO + (warp * ROWS + r) * DV + 2 * (lane & 3);
+#pragma unroll
+    for (int u = 0; u < DV / 8; ++u)
+      *reinterpret_cast<float2*>(o + u * 8) = make_float2(acc[u][2 * i] * f, acc[u][2 * i + 1] * f);
+  }
+  __syncthreads();
+
+  // Normalise (with the value descale) and write the output, or this split's partial state.
+  const int rows_here = min(ROWS, e.rows_total - e.row0);
+  for (int idx = tid; idx < rows_here * (DV / 2); idx += THREADS) {
+    const int r = idx / (DV / 2), c = 2 * (idx % (DV / 2));
+    float2 sum = make_float2(0.f, 0.f);
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) {
+      const float2 x = *reinterpret_cast<const float2*>(sO + (w * ROWS + r) * DV + c);
+      sum.x += x.x;
+      sum.y += x.y;
+    }
+    const float L = sLt[r], inv = L > 0.f ? e.vd / L : 0.f;
+    const int gr = e.row0 + r, tok = e.token(p, gr), head = e.head(p, gr);
+    if (p.use_workspace) {
+      float* w =
+          p.ws_o + ((static_cast<int64_t>(e.split) * p.total_q + tok) * p.heads_q + head) * DV + c;
+      *reinterpret_cast<float2*>(w) = make_float2(sum.x * inv, sum.y * inv);
+    } else {
+      T* o = static_cast<T*>(p.out) + tok * p.out_st + head * p.out_sh + c;  // any strides
+      o[0] = from_float<T>(sum.x * inv);
+      o[1] = from_float<T>(sum.y * inv);
+    }
+    if (c == 0) {
+      const float lse = L > 0.f ? (sMt[r] + log2f(L)) * wk::kLn2 : -INFINITY;
+      if (p.use_workspace)
+        p.ws_lse[(static_cast<int64_t>(e.split) * p.total_q + tok) * p.heads_q + head] = lse;
+      else if (p.lse)
+        p.lse[tok * p.lse_st + head * p.lse_sh] = lse;
+    }
+  }
+}
+
+}  // namespace flashback::cuda
