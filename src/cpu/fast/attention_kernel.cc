@@ -114,13 +114,16 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
   const bool direct =
       !mla && !is_fp8(a.kv_dtype) && head_rows <= 8 && a.head_dim % N == 0 && a.head_dim_v % N == 0;
   const int64_t qk_len = direct ? a.head_dim : qs, pv_len = direct ? a.head_dim_v : dvp;
-  // bf16 read as pairs (decode-inl.h): q and O rows de-interleaved in chunks of 2N.
-  const bool pairs = direct && a.kv_dtype == DType::kBF16 && N <= 16 && a.head_dim % (2 * N) == 0 &&
-                     a.head_dim_v % (2 * N) == 0;
-  if (pairs)
-    for (int64_t r = 0; r < rows; ++r) permute_pairs(sc.q.data() + r * qs, a.head_dim, true);
   // More than a vector's worth of rows per KV head: the transposed (rows-in-lanes) path.
   const bool wide = head_rows > 8;
+  // bf16 K/V read in place as pairs (decode-inl.h), O rows de-interleaved in chunks of 2N: in
+  // decode with q rows de-interleaved to match; in the wide path K needs only even rows (pairs
+  // of elements broadcast), so no fp32 tile is built.
+  const bool bf16_pairs = a.kv_dtype == DType::kBF16 && N <= 16 && a.head_dim_v % (2 * N) == 0;
+  const bool wide_pairs = wide && bf16_pairs && !mla && a.head_dim % 2 == 0;
+  const bool pairs = (direct && bf16_pairs && a.head_dim % (2 * N) == 0) || wide_pairs;
+  if (pairs && direct)
+    for (int64_t r = 0; r < rows; ++r) permute_pairs(sc.q.data() + r * qs, a.head_dim, true);
   const int64_t rp = (head_rows + N - 1) / N * N;
   if (wide) {
     sc.qt.assign(static_cast<size_t>(t.ng * qs * rp), 0.0f);
@@ -181,8 +184,8 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
           sc.pk[gi * kTileKeys + i] = kbase + (ko_next[i] + gi * a.k_head) * esz;
           sc.pv[gi * kTileKeys + i] = vbase + (vo_next[i] + gi * a.v_head) * esz;
         }
-      if (direct) {
-        // Few rows per KV head (decode): read K/V rows in place, widening as they load.
+      if (direct || wide_pairs) {
+        // Read K/V rows in place, widening as they load.
         for (int64_t j = j0; j < j1; ++j)
           for (int64_t gi = 0; gi < t.ng; ++gi) {
             kp[gi * kTileKeys + j] = kbase + (ko[j - j0] + gi * a.k_head) * esz;
@@ -237,14 +240,22 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
           float* wa = wl + rp;
           std::copy(pm + r0, pm + r0 + head_rows, wm);
           std::copy(pl + r0, pl + r0 + head_rows, wl);
-          wide_scores(sc.qt.data() + gi * qs * rp, rp, kg, qs, j0, j1, sc.st.data());
+          if (wide_pairs)
+            wide_scores<Bf16Pairs>(sc.qt.data() + gi * qs * rp, rp, kg, a.head_dim, j0, j1,
+                                   sc.st.data());
+          else
+            wide_scores<float>(sc.qt.data() + gi * qs * rp, rp, kg, qs, j0, j1, sc.st.data());
           wide_softmax(sc.st.data(), rp, j0, j1, ts, sc.row_lo.data(), sc.row_hi.data(), a.softcap,
                        wm, wl, wa);
           std::copy(wm, wm + head_rows, pm + r0);
           std::copy(wl, wl + head_rows, pl + r0);
           for (int64_t r = 0; r < head_rows; ++r)
             if (wa[r] != 1.0f) scale_row(o0 + r * dvp, dvp, wa[r]);
-          accumulate<float>(sc.st.data(), 1, rp, head_rows, vg, j0, j1, o0, dvp, dvp);
+          if (wide_pairs)
+            accumulate<Bf16Pairs>(sc.st.data(), 1, rp, head_rows, vg, j0, j1, o0, dvp,
+                                  a.head_dim_v);
+          else
+            accumulate<float>(sc.st.data(), 1, rp, head_rows, vg, j0, j1, o0, dvp, dvp);
         } else if (!direct || a.kv_dtype == DType::kF32) {
           run(float{});
         } else if (pairs) {

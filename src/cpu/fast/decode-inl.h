@@ -181,6 +181,9 @@ void accumulate(const float* p, int64_t prow, int64_t pkey, int64_t rows, const 
   const int64_t N = lanes();
   int64_t r = 0;
   if constexpr (std::is_same_v<T, Bf16Pairs>) {  // len is a multiple of 2N
+    for (; r + 6 <= rows; r += 6)                // 12 accumulator chains
+      for (int64_t x = 0; x < len; x += 2 * N)
+        pv_block<6, 1, T>(p + r * prow, prow, pkey, v, j0, j1, o + r * os, os, x);
     for (; r + 4 <= rows; r += 4)
       for (int64_t x = 0; x < len; x += 2 * N)
         pv_block<4, 1, T>(p + r * prow, prow, pkey, v, j0, j1, o + r * os, os, x);

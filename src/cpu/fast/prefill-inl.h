@@ -10,12 +10,19 @@
 #define FLASHBACK_CPU_FAST_PREFILL_INL_H_
 #endif
 
+#include <cstring>
+
+#include "cpu/fast/decode-inl.h"  // Bf16Pairs
 #include "cpu/fast/simd-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace flashback::cpu_fast::HWY_NAMESPACE {
 
-template <int KJ, int RV>
+// ST[j][r] for KJ keys × RV vectors of rows. T = float: key rows from the fp32 tile, one
+// broadcast per element. T = Bf16Pairs: key rows read in place as bf16, one 32-bit broadcast
+// giving elements d and d + 1 (a shift and a mask), so no fp32 tile is built; the MulAdd
+// sequence per score is the same either way.
+template <int KJ, int RV, class T>
 HWY_INLINE void wide_block(const float* qt, int64_t rp, const void* const* k, int64_t len,
                            float* st) {
   const DF df;
@@ -23,22 +30,38 @@ HWY_INLINE void wide_block(const float* qt, int64_t rp, const void* const* k, in
   VF acc[KJ][RV];
   for (int j = 0; j < KJ; ++j)
     for (int v = 0; v < RV; ++v) acc[j][v] = hn::Zero(df);
-  const float* kr[KJ];
-  for (int j = 0; j < KJ; ++j) kr[j] = static_cast<const float*>(k[j]);
-  for (int64_t d = 0; d < len; ++d) {
-    VF qv[RV];
-    for (int v = 0; v < RV; ++v) qv[v] = hn::LoadU(df, qt + d * rp + v * N);
-    for (int j = 0; j < KJ; ++j) {
-      const VF kb = hn::Set(df, kr[j][d]);
-      for (int v = 0; v < RV; ++v) acc[j][v] = hn::MulAdd(kb, qv[v], acc[j][v]);
+  if constexpr (std::is_same_v<T, Bf16Pairs>) {
+    const hn::RebindToUnsigned<DF> du;
+    const auto mask = hn::Set(du, 0xFFFF0000u);
+    for (int64_t d = 0; d < len; d += 2)
+      for (int j = 0; j < KJ; ++j) {
+        uint32_t bits;
+        std::memcpy(&bits, static_cast<const uint16_t*>(k[j]) + d, sizeof bits);
+        const auto u = hn::Set(du, bits);
+        const VF ke = hn::BitCast(df, hn::ShiftLeft<16>(u)), ko = hn::BitCast(df, hn::And(u, mask));
+        for (int v = 0; v < RV; ++v)
+          acc[j][v] = hn::MulAdd(ko, hn::LoadU(df, qt + (d + 1) * rp + v * N),
+                                 hn::MulAdd(ke, hn::LoadU(df, qt + d * rp + v * N), acc[j][v]));
+      }
+  } else {
+    const float* kr[KJ];
+    for (int j = 0; j < KJ; ++j) kr[j] = static_cast<const float*>(k[j]);
+    for (int64_t d = 0; d < len; ++d) {
+      VF qv[RV];
+      for (int v = 0; v < RV; ++v) qv[v] = hn::LoadU(df, qt + d * rp + v * N);
+      for (int j = 0; j < KJ; ++j) {
+        const VF kb = hn::Set(df, kr[j][d]);
+        for (int v = 0; v < RV; ++v) acc[j][v] = hn::MulAdd(kb, qv[v], acc[j][v]);
+      }
     }
   }
   for (int j = 0; j < KJ; ++j)
     for (int v = 0; v < RV; ++v) hn::StoreU(acc[j][v], df, st + j * rp + v * N);
 }
 
-inline void wide_scores(const float* qt, int64_t rp, const void* const* k, int64_t len, int64_t j0,
-                        int64_t j1, float* st) {
+template <class T>
+void wide_scores(const float* qt, int64_t rp, const void* const* k, int64_t len, int64_t j0,
+                 int64_t j1, float* st) {
   const int64_t N = lanes();
   const int64_t nrv = rp / N;
   for (int64_t v0 = 0; v0 < nrv;) {
@@ -47,17 +70,17 @@ inline void wide_scores(const float* qt, int64_t rp, const void* const* k, int64
     int64_t j = j0;
     if (nrv - v0 >= 4) {
       // 3 keys × 4 row vectors: 12 accumulator chains cover the FMA latency on two pipes.
-      for (; j + 3 <= j1; j += 3) wide_block<3, 4>(q, rp, k + j, len, s + j * rp);
-      for (; j + 2 <= j1; j += 2) wide_block<2, 4>(q, rp, k + j, len, s + j * rp);
-      for (; j < j1; ++j) wide_block<1, 4>(q, rp, k + j, len, s + j * rp);
+      for (; j + 3 <= j1; j += 3) wide_block<3, 4, T>(q, rp, k + j, len, s + j * rp);
+      for (; j + 2 <= j1; j += 2) wide_block<2, 4, T>(q, rp, k + j, len, s + j * rp);
+      for (; j < j1; ++j) wide_block<1, 4, T>(q, rp, k + j, len, s + j * rp);
       v0 += 4;
     } else if (nrv - v0 >= 2) {
-      for (; j + 4 <= j1; j += 4) wide_block<4, 2>(q, rp, k + j, len, s + j * rp);
-      for (; j < j1; ++j) wide_block<1, 2>(q, rp, k + j, len, s + j * rp);
+      for (; j + 4 <= j1; j += 4) wide_block<4, 2, T>(q, rp, k + j, len, s + j * rp);
+      for (; j < j1; ++j) wide_block<1, 2, T>(q, rp, k + j, len, s + j * rp);
       v0 += 2;
     } else {
-      for (; j + 8 <= j1; j += 8) wide_block<8, 1>(q, rp, k + j, len, s + j * rp);
-      for (; j < j1; ++j) wide_block<1, 1>(q, rp, k + j, len, s + j * rp);
+      for (; j + 8 <= j1; j += 8) wide_block<8, 1, T>(q, rp, k + j, len, s + j * rp);
+      for (; j < j1; ++j) wide_block<1, 1, T>(q, rp, k + j, len, s + j * rp);
       v0 += 1;
     }
   }
