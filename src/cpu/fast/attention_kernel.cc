@@ -27,7 +27,8 @@ namespace flashback::cpu_fast::HWY_NAMESPACE {
 struct Scratch {
   std::vector<float> q, k, v, s, part;
   std::vector<int64_t> k_off, v_off;
-  // Row of tile key j of KV head gi at [gi · kTileKeys + j]; pk/pv: the next tile's rows.
+  // Row pointers of tile key j: in place at [j] (see Rows), fp32 tiles of KV head gi at
+  // [gi · kTileKeys + j]; pk/pv: the next tile's rows, in place.
   std::vector<const void*> kp, vp, pk, pv;
   std::vector<float> qt, st, wm, row_lo, row_hi;  // transposed (wide) path
 };
@@ -122,6 +123,7 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
   const bool bf16_pairs = a.kv_dtype == DType::kBF16 && N <= 16 && a.head_dim_v % (2 * N) == 0;
   const bool wide_pairs = wide && bf16_pairs && !mla && a.head_dim % 2 == 0;
   const bool pairs = (direct && bf16_pairs && a.head_dim % (2 * N) == 0) || wide_pairs;
+  const bool in_place = direct || wide_pairs;  // else K/V rows are converted to fp32 tiles
   if (pairs && direct)
     for (int64_t r = 0; r < rows; ++r) permute_pairs(sc.q.data() + r * qs, a.head_dim, true);
   const int64_t rp = (head_rows + N - 1) / N * N;
@@ -179,18 +181,17 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
       tile_range(ts, j0, j1);
       const int64_t nn =
           ts + kTileKeys <= k_hi ? load_offsets(ts + kTileKeys, ko_next, vo_next) : 0;
-      for (int64_t i = 0; i < nn; ++i)
-        for (int64_t gi = 0; gi < t.ng; ++gi) {
-          sc.pk[gi * kTileKeys + i] = kbase + (ko_next[i] + gi * a.k_head) * esz;
-          sc.pv[gi * kTileKeys + i] = vbase + (vo_next[i] + gi * a.v_head) * esz;
-        }
-      if (direct || wide_pairs) {
+      // Row pointers of the task's first KV head; head gi adds gi · k_head elements (Rows::off).
+      for (int64_t i = 0; i < nn; ++i) {
+        sc.pk[i] = kbase + ko_next[i] * esz;
+        sc.pv[i] = vbase + vo_next[i] * esz;
+      }
+      if (in_place) {
         // Read K/V rows in place, widening as they load.
-        for (int64_t j = j0; j < j1; ++j)
-          for (int64_t gi = 0; gi < t.ng; ++gi) {
-            kp[gi * kTileKeys + j] = kbase + (ko[j - j0] + gi * a.k_head) * esz;
-            vp[gi * kTileKeys + j] = vbase + (vo[j - j0] + gi * a.v_head) * esz;
-          }
+        for (int64_t j = j0; j < j1; ++j) {
+          kp[j] = kbase + ko[j - j0] * esz;
+          vp[j] = vbase + vo[j - j0] * esz;
+        }
       } else {
         // Many rows (prefill) or fp8/MLA/odd dims: convert each K/V row to fp32 once.
         for (int64_t j = j0; j < j1; ++j)
@@ -207,11 +208,12 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
       std::swap(ko, ko_next);
       std::swap(vo, vo_next);
       for (int64_t gi = 0; gi < t.ng; ++gi) {
-        const Prefetch pf{sc.pk.data() + gi * kTileKeys, sc.pv.data() + gi * kTileKeys, nn,
-                          a.head_dim * esz, a.head_dim_v * esz};
+        const int64_t k_off = gi * a.k_head * esz, v_off = gi * a.v_head * esz;
+        const Prefetch pf{
+            {sc.pk.data(), k_off}, {sc.pv.data(), v_off}, nn, a.head_dim * esz, a.head_dim_v * esz};
         const int64_t r0 = gi * head_rows;
-        const void* const* kg = kp + gi * kTileKeys;
-        const void* const* vg = vp + gi * kTileKeys;
+        const Rows kg = in_place ? Rows{kp, k_off} : Rows{kp + gi * kTileKeys, 0};
+        const Rows vg = in_place ? Rows{vp, v_off} : Rows{vp + gi * kTileKeys, 0};
         float* s0 = sc.s.data() + r0 * kTileKeys;
         float* o0 = po + r0 * dvp;
         auto run = [&](auto tag) {

@@ -73,8 +73,7 @@ HWY_INLINE void store_sums(VF (&acc)[R][K], float* s, int64_t ss) {
 // S[i][j] = q_i · k_j for R rows × K keys (key j's row at k[j]), R × K accumulators in registers,
 // each loaded K vector widened once and shared by the R rows (the q heads of a GQA group).
 template <int R, int K, class T>
-HWY_INLINE void dot_block(const float* q, int64_t qs, const void* const* k, int64_t len, float* s,
-                          int64_t ss) {
+HWY_INLINE void dot_block(const float* q, int64_t qs, Rows k, int64_t len, float* s, int64_t ss) {
   const DF df;
   const int64_t N = lanes();
   VF acc[R][K];
@@ -106,8 +105,8 @@ HWY_INLINE void dot_block(const float* q, int64_t qs, const void* const* k, int6
 // Scores of `rows` rows against tile keys [j0, j1) (key j's row at k[j]); the next tile's rows
 // are prefetched along the way, in step with the keys.
 template <class T>
-void scores(const float* q, int64_t qs, int64_t rows, const void* const* k, int64_t len, int64_t j0,
-            int64_t j1, float* s, const Prefetch& pf) {
+void scores(const float* q, int64_t qs, int64_t rows, Rows k, int64_t len, int64_t j0, int64_t j1,
+            float* s, const Prefetch& pf) {
   int64_t r = 0;
   // Pairs: 12 accumulator chains (4 rows × 3 keys) cover the FMA latency on two pipes.
   constexpr int kBlock = std::is_same_v<T, Bf16Pairs> ? 3 : 2;
@@ -148,8 +147,8 @@ void scores(const float* q, int64_t qs, int64_t rows, const void* const* k, int6
 // of vectors for Bf16Pairs, O de-interleaved); each element sees the same MulAdd sequence
 // whichever R and W are used.
 template <int R, int W, class T>
-HWY_INLINE void pv_block(const float* p, int64_t prow, int64_t pkey, const void* const* v,
-                         int64_t j0, int64_t j1, float* o, int64_t os, int64_t x) {
+HWY_INLINE void pv_block(const float* p, int64_t prow, int64_t pkey, Rows v, int64_t j0, int64_t j1,
+                         float* o, int64_t os, int64_t x) {
   const DF df;
   const int64_t N = lanes();
   constexpr int kV = std::is_same_v<T, Bf16Pairs> ? 2 * W : W;  // vectors of O per row
@@ -176,8 +175,8 @@ HWY_INLINE void pv_block(const float* p, int64_t prow, int64_t pkey, const void*
 
 // Weights of row i, key j at p[i · prow + j · pkey] (row-major scores or their transpose).
 template <class T>
-void accumulate(const float* p, int64_t prow, int64_t pkey, int64_t rows, const void* const* v,
-                int64_t j0, int64_t j1, float* o, int64_t os, int64_t len) {
+void accumulate(const float* p, int64_t prow, int64_t pkey, int64_t rows, Rows v, int64_t j0,
+                int64_t j1, float* o, int64_t os, int64_t len) {
   const int64_t N = lanes();
   int64_t r = 0;
   if constexpr (std::is_same_v<T, Bf16Pairs>) {  // len is a multiple of 2N

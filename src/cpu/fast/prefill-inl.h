@@ -23,8 +23,7 @@ namespace flashback::cpu_fast::HWY_NAMESPACE {
 // giving elements d and d + 1 (a shift and a mask), so no fp32 tile is built; the MulAdd
 // sequence per score is the same either way.
 template <int KJ, int RV, class T>
-HWY_INLINE void wide_block(const float* qt, int64_t rp, const void* const* k, int64_t len,
-                           float* st) {
+HWY_INLINE void wide_block(const float* qt, int64_t rp, Rows k, int64_t len, float* st) {
   const DF df;
   const int64_t N = lanes();
   VF acc[KJ][RV];
@@ -60,8 +59,8 @@ HWY_INLINE void wide_block(const float* qt, int64_t rp, const void* const* k, in
 }
 
 template <class T>
-void wide_scores(const float* qt, int64_t rp, const void* const* k, int64_t len, int64_t j0,
-                 int64_t j1, float* st) {
+void wide_scores(const float* qt, int64_t rp, Rows k, int64_t len, int64_t j0, int64_t j1,
+                 float* st) {
   const int64_t N = lanes();
   const int64_t nrv = rp / N;
   for (int64_t v0 = 0; v0 < nrv;) {

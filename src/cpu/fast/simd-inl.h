@@ -138,19 +138,30 @@ inline void merge_state_rows(float* run, const float* part, int64_t rows, int64_
   }
 }
 
+// Key rows of a tile: row j at p[j] + off bytes. In-place K/V keep one pointer per key (its
+// slot's first KV head of the task) and put the KV head in `off`, so a tile's pointers are
+// built once for all the task's KV heads.
+struct Rows {
+  const void* const* p = nullptr;
+  int64_t off = 0;
+  HWY_INLINE const void* operator[](int64_t j) const {
+    return static_cast<const char*>(p[j]) + off;
+  }
+  HWY_INLINE Rows operator+(int64_t j) const { return {p + j, off}; }
+};
+
 // Rows of the next tile, to be prefetched into L2 a few at a time while this tile computes. One
 // burst per tile fills the core's miss buffers and stalls the loads the FMAs wait on; spread
 // over the key loop the prefetches overlap compute. L2, not L1: with several KV heads per task
 // a row is used only after the other heads' tiles, long after L1 would have evicted it.
 struct Prefetch {
-  const void* const* k = nullptr;  // row i of the next tile at k[i], v[i]
-  const void* const* v = nullptr;
+  Rows k, v;  // row i of the next tile at k[i], v[i]
   int64_t n = 0, k_bytes = 0, v_bytes = 0;
 
   HWY_INLINE void rows(int64_t i0, int64_t i1) const {
     for (int64_t i = i0; i < std::min(i1, n); ++i) {
-      const char* kr = static_cast<const char*>(k[i]);
-      const char* vr = static_cast<const char*>(v[i]);
+      const auto* kr = static_cast<const char*>(k[i]);
+      const auto* vr = static_cast<const char*>(v[i]);
       for (int64_t b = 0; b < k_bytes; b += 64) __builtin_prefetch(kr + b, 0, 2);
       for (int64_t b = 0; b < v_bytes; b += 64) __builtin_prefetch(vr + b, 0, 2);
     }
