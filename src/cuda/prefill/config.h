@@ -18,14 +18,18 @@ struct PrefillConfig {
   static constexpr int WARPS = MT == 2 ? 4 : (D + DV) <= 256 ? 8 : 4;
   static constexpr int THREADS = 32 * WARPS;
   static constexpr int BM = 16 * MT * WARPS;  // query rows per CTA
-  // Keys per tile: 32 keeps S at MT * 16 registers; with N = 64 and MT = 2 the 128-wide
-  // instances reach 255 registers and spill ~170 bytes (ptxas, sm_90a); N = 32 compiles
-  // spill-free for 16-bit caches (fp8 variants spill 32 bytes).
-  static constexpr int N = 32;
+  // Keys per tile: 64, as FlashAttention-2 uses with 128-row blocks. The per-tile costs (the
+  // O rescale, DV / 2 multiplies per row; the row-max shuffles; the barrier; the loop) are paid
+  // once per 64 keys instead of 32, and QK^T has 2 MT N / 8 independent accumulator chains to
+  // hide HMMA latency. Since the softmax became straight-line (softmax.cuh) the 128-wide 16-bit
+  // instances fit 255 registers with no spill in the loop (N = 32: 247, but ~27% more
+  // instructions per key on the unmasked path, SASS sm_90a).
+  static constexpr int N = 64;
   static constexpr int EB = FP8 ? 1 : 2;  // bytes per cache element
-  // K/V tiles in flight: with two CTAs per SM, two tiles ahead of the one being computed cover
-  // the L2 latency under load; one ahead (double buffering) left the tensor cores waiting.
-  static constexpr int STAGES = 3;
+  // K/V tiles in flight: a tile's copy is issued one iteration (64 keys of compute) before it
+  // is needed, the same lead as three 32-key stages had, with the same bytes in flight; a
+  // third 64-key stage would push shared memory past what two CTAs per SM can share.
+  static constexpr int STAGES = 2;
   // Row pitches padded by 16 bytes so the 8 rows an ldmatrix reads fall in distinct banks.
   static constexpr int QP = D + 8;                               // 16-bit elements
   static constexpr int KP = D + 8, VP = DV + 8;                  // 16-bit K / V tiles
@@ -38,6 +42,7 @@ struct PrefillConfig {
 
   static_assert(D % 16 == 0 && DV % 16 == 0, "head dims must be multiples of 16 (mma k / n pairs)");
   static_assert(N % 16 == 0, "keys per tile must be a multiple of 16");
+  static_assert(THREADS >= N, "one thread per key locates a tile's keys (paged.cuh)");
   static_assert((D * EB) % 16 == 0 && (DV * EB) % 16 == 0, "rows must be whole 16-byte chunks");
   static_assert(KRAW % 16 == 0 && VRAW % 16 == 0 && (QP * 2) % 16 == 0,
                 "shared rows must stay 16-byte aligned for cp.async / ldmatrix");
