@@ -245,7 +245,7 @@ struct PrefillKernel {
       }
 
       // Online softmax in base 2; masking only where the tile straddles some row's range.
-      if (warp_full && t0 >= wr_last.lo && t0 + N - 1 <= wr_first.hi) {
+      if (warp_full && t0 >= wr_last.lo && t0 + N - 1 <= wr_first.hi && (CAP || lm.mul >= 0.f)) {
         online_softmax<MT, N, DV, false, CAP>(s, m_run, l_run, acc, {}, t0, lane, lm);
       } else {
         // This thread's rows (2 per m-tile: lane / 4 and lane / 4 + 8, slot 2 mt + i), derived

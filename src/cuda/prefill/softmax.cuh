@@ -38,11 +38,15 @@ struct LogitMap {
 /// Turns the warp's S tile (raw q.k of keys [t0, t0 + N)) into P in place, updates the running
 /// max and (per-thread partial) sums, and rescales the O accumulators. MASK: some key of the
 /// tile is outside some row's range `rr` (only tiles on a range edge); CAP: logit softcap.
+/// Without either, the caller guarantees lm.mul >= 0, so the row max is taken on raw q.k and
+/// scaled once per row, and each probability is exp2(fma(s, mul, -max)) (FlashAttention-2's
+/// form): one multiply per element fewer. A negative k_descale takes the MASK body instead.
 template <int MT, int N, int DV, bool MASK, bool CAP>
 __device__ __forceinline__ void online_softmax(float (&s)[MT][N / 8][4], float (&m_run)[2 * MT],
                                                float (&l_run)[2 * MT], float (&acc)[MT][DV / 8][4],
                                                const Range (&rr)[2 * MT], int t0, int lane,
                                                const LogitMap& lm) {
+  constexpr bool RAW = !MASK && !CAP;
   float mx[2 * MT];
   // Row bounds relative to this thread's first column of the tile, so the per-element test
   // compares against compile-time offsets u * 8 + (x & 1).
@@ -66,6 +70,8 @@ __device__ __forceinline__ void online_softmax(float (&s)[MT][N / 8][4], float (
         float v;
         if constexpr (CAP)
           v = lm.out * tanhf(s[mt][u][x] * lm.in);
+        else if constexpr (RAW)
+          v = s[mt][u][x];
         else
           v = s[mt][u][x] * lm.mul;
         if constexpr (MASK) {
@@ -83,6 +89,7 @@ __device__ __forceinline__ void online_softmax(float (&s)[MT][N / 8][4], float (
   for (int ri = 0; ri < 2 * MT; ++ri) {
     mx[ri] = fmaxf(mx[ri], __shfl_xor_sync(0xffffffffu, mx[ri], 1));
     mx[ri] = fmaxf(mx[ri], __shfl_xor_sync(0xffffffffu, mx[ri], 2));
+    if constexpr (RAW) mx[ri] *= lm.mul;
     const float m_new = fmaxf(m_run[ri], mx[ri]);
     m_use[ri] = m_new == -INFINITY ? 0.f : m_new;
     alpha[ri] = fast_exp2(m_run[ri] - m_use[ri]);
@@ -96,7 +103,8 @@ __device__ __forceinline__ void online_softmax(float (&s)[MT][N / 8][4], float (
 #pragma unroll
       for (int x = 0; x < 4; ++x) {
         const int ri = 2 * mt + (x >> 1);
-        const float pr = fast_exp2(s[mt][u][x] - m_use[ri]);
+        const float pr = RAW ? fast_exp2(fmaf(s[mt][u][x], lm.mul, -m_use[ri]))
+                             : fast_exp2(s[mt][u][x] - m_use[ri]);
         s[mt][u][x] = pr;
         l_run[ri] += pr;
       }
