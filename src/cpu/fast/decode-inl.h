@@ -219,20 +219,23 @@ void accumulate(const float* p, int64_t prow, int64_t pkey, int64_t rows, Rows v
 }
 
 // Online softmax of one row over tile keys [a, e] (tile-local, inclusive, non-empty): turns the
-// row's scores into weights p (zero outside [a, e]) and rescales its running m, l, O.
-inline void softmax_row(float* s, int64_t a, int64_t e, float softcap, float& m, float& l, float* o,
-                        int64_t dv) {
+// row's scores into weights p (zero outside [a, e]) and rescales its running m, l, O. kFull: the
+// whole tile is visible (most tiles), so no key mask is built.
+template <bool kFull>
+HWY_INLINE void softmax_row_t(float* s, int64_t a, int64_t e, float softcap, float& m, float& l,
+                              float* o, int64_t dv) {
   const DF df;
   const int64_t N = lanes();
   const VF lo = hn::Set(df, static_cast<float>(a)), hi = hn::Set(df, static_cast<float>(e));
   const VF neg_inf = hn::Set(df, kNegInf), cap = hn::Set(df, softcap);
   VF mx = neg_inf;
   for (int64_t x = 0; x < kTileKeys; x += N) {
-    const VF j = hn::Iota(df, static_cast<float>(x));
-    const auto in = hn::And(hn::Ge(j, lo), hn::Le(j, hi));
     VF v = hn::LoadU(df, s + x);
     if (softcap > 0) v = hn::Mul(cap, tanh_f32(v));  // q was pre-divided by softcap
-    v = hn::IfThenElse(in, v, neg_inf);
+    if constexpr (!kFull) {
+      const VF j = hn::Iota(df, static_cast<float>(x));
+      v = hn::IfThenElse(hn::And(hn::Ge(j, lo), hn::Le(j, hi)), v, neg_inf);
+    }
     hn::StoreU(v, df, s + x);
     mx = hn::Max(mx, v);
   }
@@ -241,15 +244,25 @@ inline void softmax_row(float* s, int64_t a, int64_t e, float softcap, float& m,
   const VF mv = hn::Set(df, m_new);
   VF sum = hn::Zero(df);
   for (int64_t x = 0; x < kTileKeys; x += N) {
-    const VF j = hn::Iota(df, static_cast<float>(x));
-    const auto in = hn::And(hn::Ge(j, lo), hn::Le(j, hi));
-    const VF p = hn::IfThenElseZero(in, hn::Exp(df, hn::Sub(hn::LoadU(df, s + x), mv)));
+    VF p = hn::Exp(df, hn::Sub(hn::LoadU(df, s + x), mv));
+    if constexpr (!kFull) {
+      const VF j = hn::Iota(df, static_cast<float>(x));
+      p = hn::IfThenElseZero(hn::And(hn::Ge(j, lo), hn::Le(j, hi)), p);
+    }
     hn::StoreU(p, df, s + x);
     sum = hn::Add(sum, p);
   }
   l = l * alpha + hn::GetLane(hn::SumOfLanes(df, sum));
   m = m_new;
   if (alpha != 1.0f) scale_row(o, dv, alpha);
+}
+
+inline void softmax_row(float* s, int64_t a, int64_t e, float softcap, float& m, float& l, float* o,
+                        int64_t dv) {
+  if (a == 0 && e == kTileKeys - 1)
+    softmax_row_t<true>(s, a, e, softcap, m, l, o, dv);
+  else
+    softmax_row_t<false>(s, a, e, softcap, m, l, o, dv);
 }
 
 }  // namespace flashback::cpu_fast::HWY_NAMESPACE

@@ -88,41 +88,57 @@ void wide_scores(const float* qt, int64_t rp, Rows k, int64_t len, int64_t j0, i
 // Online softmax of transposed scores ST[j][r] over tile keys [j0, j1) at absolute key
 // positions ts + j. Row r sees keys [lo[r], hi[r]]; m, l (rp entries) are updated in place and
 // alpha[r] receives the factor its output must be rescaled by (exactly 1 when the tile adds
-// nothing to the row). Weights overwrite the scores.
+// nothing to the row). Weights overwrite the scores. kFull: every key of [j0, j1) is visible to
+// every row of this vector (tiles below the causal diagonal), so no key mask is built.
+template <bool kFull>
+HWY_INLINE void wide_softmax_vec(float* st, int64_t rp, int64_t j0, int64_t j1, int64_t ts, VF vlo,
+                                 VF vhi, float softcap, float* m, float* l, float* alpha) {
+  const DF df;
+  const VF neg_inf = hn::Set(df, kNegInf), cap = hn::Set(df, softcap), zero = hn::Zero(df);
+  VF mt = neg_inf;
+  for (int64_t j = j0; j < j1; ++j) {
+    VF v = hn::LoadU(df, st + j * rp);
+    if (softcap > 0) v = hn::Mul(cap, tanh_f32(v));  // q was pre-divided by softcap
+    if constexpr (!kFull) {
+      const VF key = hn::Set(df, static_cast<float>(ts + j));
+      v = hn::IfThenElse(hn::And(hn::Ge(key, vlo), hn::Le(key, vhi)), v, neg_inf);
+    }
+    hn::StoreU(v, df, st + j * rp);
+    mt = hn::Max(mt, v);
+  }
+  const VF mo = hn::LoadU(df, m);
+  const VF mn = hn::Max(mo, mt);
+  // Rows still empty keep m = -inf; subtracting 0 there keeps every exponent finite or -inf.
+  const VF msub = hn::IfThenElse(hn::Eq(mn, neg_inf), zero, mn);
+  const VF a = hn::Exp(df, hn::Sub(mo, msub));
+  VF sum = zero;
+  for (int64_t j = j0; j < j1; ++j) {
+    VF p = hn::Exp(df, hn::Sub(hn::LoadU(df, st + j * rp), msub));
+    if constexpr (!kFull) {
+      const VF key = hn::Set(df, static_cast<float>(ts + j));
+      p = hn::IfThenElseZero(hn::And(hn::Ge(key, vlo), hn::Le(key, vhi)), p);
+    }
+    hn::StoreU(p, df, st + j * rp);
+    sum = hn::Add(sum, p);
+  }
+  hn::StoreU(hn::MulAdd(hn::LoadU(df, l), a, sum), df, l);
+  hn::StoreU(mn, df, m);
+  hn::StoreU(a, df, alpha);
+}
+
 inline void wide_softmax(float* st, int64_t rp, int64_t j0, int64_t j1, int64_t ts, const float* lo,
                          const float* hi, float softcap, float* m, float* l, float* alpha) {
   const DF df;
   const int64_t N = lanes();
-  const VF neg_inf = hn::Set(df, kNegInf), cap = hn::Set(df, softcap), zero = hn::Zero(df);
+  const float first = static_cast<float>(ts + j0), last = static_cast<float>(ts + j1 - 1);
   for (int64_t x = 0; x < rp; x += N) {
     const VF vlo = hn::LoadU(df, lo + x), vhi = hn::LoadU(df, hi + x);
-    VF mt = neg_inf;
-    for (int64_t j = j0; j < j1; ++j) {
-      const VF key = hn::Set(df, static_cast<float>(ts + j));
-      const auto in = hn::And(hn::Ge(key, vlo), hn::Le(key, vhi));
-      VF v = hn::LoadU(df, st + j * rp + x);
-      if (softcap > 0) v = hn::Mul(cap, tanh_f32(v));  // q was pre-divided by softcap
-      v = hn::IfThenElse(in, v, neg_inf);
-      hn::StoreU(v, df, st + j * rp + x);
-      mt = hn::Max(mt, v);
-    }
-    const VF mo = hn::LoadU(df, m + x);
-    const VF mn = hn::Max(mo, mt);
-    // Rows still empty keep m = -inf; subtracting 0 there keeps every exponent finite or -inf.
-    const VF msub = hn::IfThenElse(hn::Eq(mn, neg_inf), zero, mn);
-    const VF a = hn::Exp(df, hn::Sub(mo, msub));
-    VF sum = zero;
-    for (int64_t j = j0; j < j1; ++j) {
-      const VF key = hn::Set(df, static_cast<float>(ts + j));
-      const auto in = hn::And(hn::Ge(key, vlo), hn::Le(key, vhi));
-      const VF p =
-          hn::IfThenElseZero(in, hn::Exp(df, hn::Sub(hn::LoadU(df, st + j * rp + x), msub)));
-      hn::StoreU(p, df, st + j * rp + x);
-      sum = hn::Add(sum, p);
-    }
-    hn::StoreU(hn::MulAdd(hn::LoadU(df, l + x), a, sum), df, l + x);
-    hn::StoreU(mn, df, m + x);
-    hn::StoreU(a, df, alpha + x);
+    const bool full = hn::GetLane(hn::MaxOfLanes(df, vlo)) <= first &&
+                      hn::GetLane(hn::MinOfLanes(df, vhi)) >= last;
+    if (full)
+      wide_softmax_vec<true>(st + x, rp, j0, j1, ts, vlo, vhi, softcap, m + x, l + x, alpha + x);
+    else
+      wide_softmax_vec<false>(st + x, rp, j0, j1, ts, vlo, vhi, softcap, m + x, l + x, alpha + x);
   }
 }
 
