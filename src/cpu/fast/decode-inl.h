@@ -15,40 +15,6 @@
 HWY_BEFORE_NAMESPACE();
 namespace flashback::cpu_fast::HWY_NAMESPACE {
 
-// Tag for bf16 K/V read as pairs: 2N bf16 elements load as N 32-bit lanes, and a shift and a
-// mask give the even and the odd elements as two fp32 vectors (a bf16 is the top half of its
-// fp32). One load and two integer ops per 2N elements, against two loads and four ops for
-// PromoteTo. q rows and O rows are kept de-interleaved to match: in each chunk of 2N, the N even
-// elements, then the N odd ones (permute_pairs / unpermute_pairs).
-struct Bf16Pairs {};
-
-HWY_INLINE void load_pair(const void* row, int64_t x, VF& even, VF& odd) {
-  const DF df;
-  const hn::RebindToUnsigned<DF> du;
-  const auto u =
-      hn::LoadU(du, reinterpret_cast<const uint32_t*>(static_cast<const uint16_t*>(row) + x));
-  even = hn::BitCast(df, hn::ShiftLeft<16>(u));
-  odd = hn::BitCast(df, hn::And(u, hn::Set(du, 0xFFFF0000u)));
-}
-
-// Row x (len elements, a multiple of 2N) to / from the de-interleaved pair order.
-inline void permute_pairs(float* x, int64_t len, bool forward) {
-  const int64_t N = lanes();
-  float t[2 * 16];
-  for (int64_t c = 0; c < len; c += 2 * N) {
-    for (int64_t i = 0; i < N; ++i) {
-      if (forward) {
-        t[i] = x[c + 2 * i];
-        t[N + i] = x[c + 2 * i + 1];
-      } else {
-        t[2 * i] = x[c + i];
-        t[2 * i + 1] = x[c + N + i];
-      }
-    }
-    std::copy(t, t + 2 * N, x + c);
-  }
-}
-
 // Lane sums of acc[i][j] to s[i · ss + j], in an order that depends only on R, K and the target.
 template <int R, int K>
 HWY_INLINE void store_sums(VF (&acc)[R][K], float* s, int64_t ss) {

@@ -1,8 +1,9 @@
 // Many rows per KV head (prefill, extend, MLA): scores are computed transposed, ST[j][r], with
 // rows along the vector lanes from a transposed q (qT[d][r], built once per task) and each key
-// element broadcast from an fp32 tile. Every score is a plain sequential MulAdd over d (no
-// horizontal sums) and the online softmax runs on whole vectors of rows. A Highway "-inl.h"
-// header, included by attention_kernel.cc once per target.
+// element broadcast (bf16 K read in place as element pairs; other dtypes from an fp32 tile).
+// Every score is a plain sequential MulAdd over d (no horizontal sums) and the online softmax
+// runs on whole vectors of rows; P·V is decode-inl.h's accumulate. A Highway "-inl.h" header,
+// included by attention_kernel.cc once per target.
 #if defined(FLASHBACK_CPU_FAST_PREFILL_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef FLASHBACK_CPU_FAST_PREFILL_INL_H_
 #undef FLASHBACK_CPU_FAST_PREFILL_INL_H_
@@ -12,7 +13,6 @@
 
 #include <cstring>
 
-#include "cpu/fast/decode-inl.h"  // Bf16Pairs
 #include "cpu/fast/simd-inl.h"
 
 HWY_BEFORE_NAMESPACE();
