@@ -174,6 +174,15 @@ TEST(CudaDecode, Variants) {
           c.per_head_descale = per_head;
           check(c);
         }
+    {
+      // fp8 caches run the tensor cores in fp16: q far outside fp16's range must still work.
+      AttentionCase c = base();
+      c.name = "fp8, q beyond fp16 range";
+      c.kv_dtype = DType::kF8E4M3;
+      c.q_stddev = 3.0e5;
+      c.softmax_scale = 1.0e-6f;
+      check(c);
+    }
   }
 }
 

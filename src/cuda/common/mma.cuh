@@ -20,6 +20,16 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
                "r"(src_bytes));
 }
+// A 16-byte async copy, or (ok false: a key past the range) 16 zero bytes stored directly. The
+// predicated pair costs a few instructions where cp.async's src-size operand cost ~10 of 64-bit
+// select arithmetic per chunk.
+__device__ __forceinline__ void cp_async16_or_zero(void* smem, const void* gmem, bool ok) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %2, 0;\n"
+      " @p cp.async.cg.shared.global [%0], [%1], 16;\n"
+      " @!p st.shared.v4.u32 [%0], {0, 0, 0, 0};\n}\n" ::"r"(smem_addr(smem)),
+      "l"(gmem), "r"(static_cast<int>(ok)));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {

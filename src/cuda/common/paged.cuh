@@ -13,6 +13,8 @@
 
 #include <cstdint>
 
+#include "cuda/common/mma.cuh"
+
 namespace flashback::cuda {
 
 /// Location of one key: row `page` of the cache's page axis, `off` within it; page < 0 marks a
@@ -62,19 +64,6 @@ __device__ __forceinline__ KeyBytes key_bytes(KeyLoc l, int64_t k_sp, int64_t k_
                         (static_cast<int64_t>(l.x) * v_sp + static_cast<int64_t>(l.y) * v_so) * eb);
 }
 __device__ __forceinline__ KeyBytes no_key() { return make_longlong2(-1, -1); }
-
-// A 16-byte async copy, or (for a key past the range) 16 zero bytes stored directly: the
-// predicated pair costs two instructions where cp.async's src-size operand cost ~10 of 64-bit
-// select arithmetic per chunk.
-__device__ __forceinline__ void cp_async16_or_zero(unsigned char* dst, const unsigned char* src,
-                                                   bool ok) {
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %2, 0;\n"
-      " @p cp.async.cg.shared.global [%0], [%1], 16;\n"
-      " @!p st.shared.v4.u32 [%0], {0, 0, 0, 0};\n}\n" ::"r"(
-          static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
-      "l"(src), "r"(static_cast<int>(ok)));
-}
 
 /// Issues the 16-byte copies of keys [0, N) of one tile: K rows (CK chunks each, row pitch
 /// KRAW bytes) then V rows (CV chunks, pitch VRAW), keys located by `at`. Consecutive threads
@@ -165,7 +154,7 @@ struct KvPipeline {
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
       if (s < ntiles) copy(s);
-      asm volatile("cp.async.commit_group;\n");
+      cp_async_commit();
     }
     if (STAGES - 1 < ntiles) {
       ahead = fetch(STAGES - 1);
@@ -175,7 +164,7 @@ struct KvPipeline {
   /// Iteration j, after its barrier: copy tile j + STAGES - 1, read tile j + STAGES's entry.
   __device__ __forceinline__ void advance(int j) {
     if (j + STAGES - 1 < ntiles) copy(j + STAGES - 1);
-    asm volatile("cp.async.commit_group;\n");
+    cp_async_commit();
     if (j + STAGES < ntiles) ahead = fetch(j + STAGES);
   }
   /// End of iteration j: publish tile j + STAGES's location (into tile j's slot, whose copy

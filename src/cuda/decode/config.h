@@ -74,7 +74,8 @@ struct DecodeWkConfig {
   static constexpr int KRAW = D * EB + 16, VRAW = DV * EB + 16;  // raw stage rows, bytes
   static constexpr int STAGE_BYTES = N * (KRAW + VRAW);
   static constexpr int Q_BYTES = ROWS * QP * 2;
-  static constexpr int CVT_BYTES = FP8 ? WARPS * KW * (KP + VP) * 2 : 0;  // per-warp widened
+  // fp8: each warp's V rows widened to fp16 (K fragments are built in registers).
+  static constexpr int CVT_BYTES = FP8 ? WARPS * KW * VP * 2 : 0;
   static constexpr int LOC_BYTES = 4 * N * 16;
   static constexpr int BASE_BYTES = Q_BYTES + CVT_BYTES + LOC_BYTES;
   static constexpr int kHalfSm = 113 * 1024, kFullSm = 227 * 1024;
@@ -88,6 +89,7 @@ struct DecodeWkConfig {
   static constexpr int MERGE_BYTES = WARPS * ROWS * DV * 4 + 2 * WARPS * ROWS * 4 + 2 * ROWS * 4;
 
   static_assert(D % 16 == 0 && DV % 16 == 0 && DV <= 256, "head dims");
+  static_assert(!FP8 || D % 64 == 0, "fp8 K fragments are read 64 dims at a time");
   static_assert(STAGES >= 2, "fewer than two K/V stages fit in shared memory");
   static_assert(SMEM_BYTES <= 227 * 1024, "shared memory per CTA exceeds 227 KB");
   static_assert(MERGE_BYTES <= STAGES * STAGE_BYTES, "merge scratch must fit in the stages");

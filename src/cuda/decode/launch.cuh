@@ -60,13 +60,10 @@ template <int D, int DV, bool QV, typename T>
 void launch_decode(const DecodeParams& p, int m_tiles, KvKind kv, cudaStream_t stream) {
   if constexpr (!QV && DV <= 256) {
     if (m_tiles == 1) {
-      switch (kv) {
-        case KvKind::kSame:
-          return launch_decode_wk<D, DV, T, KvKind::kSame>(p, stream);
-        case KvKind::kE4M3:
-          return launch_decode_wk<D, DV, T, KvKind::kE4M3>(p, stream);
-        case KvKind::kE5M2:
-          return launch_decode_wk<D, DV, T, KvKind::kE5M2>(p, stream);
+      if (kv == KvKind::kSame) return launch_decode_wk<D, DV, T, KvKind::kSame>(p, stream);
+      if constexpr (D % 64 == 0) {  // the fp8 K fragments read 64 dims at a time
+        if (kv == KvKind::kE4M3) return launch_decode_wk<D, DV, T, KvKind::kE4M3>(p, stream);
+        return launch_decode_wk<D, DV, T, KvKind::kE5M2>(p, stream);
       }
     }
   }

@@ -16,6 +16,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/dtype.cuh"
 #include "cuda/common/mma.cuh"
@@ -43,27 +44,74 @@ __device__ __forceinline__ uint32_t pack2(float a, float b) {
   return *reinterpret_cast<const uint32_t*>(x);
 }
 
-// Widens this warp's KW keys of an fp8 stage (K rows then V rows) to q's 16-bit type.
-template <typename Cfg, typename T, KvKind KV>
-__device__ __forceinline__ void widen_warp(const unsigned char* stage, int warp, int lane, T* k16,
-                                           T* v16) {
-  constexpr int D = Cfg::D, DV = Cfg::DV, KW = Cfg::KW;
-  constexpr int UNITS = KW * (D + DV) / 8;  // 8 fp8 values each
-  for (int u = lane; u < UNITS; u += 32) {
-    const bool is_k = u < KW * D / 8;
-    const int uu = is_k ? u : u - KW * D / 8;
-    const int w = is_k ? D / 8 : DV / 8;
-    const int key = uu / w, c8 = uu % w, gkey = warp * KW + key;
-    const unsigned char* src = is_k ? stage + gkey * Cfg::KRAW + c8 * 8
-                                    : stage + Cfg::N * Cfg::KRAW + gkey * Cfg::VRAW + c8 * 8;
-    const uint2 raw = *reinterpret_cast<const uint2*>(src);
+// FP8 caches run the tensor cores in fp16 whatever q's type: every e4m3 / e5m2 value is an
+// fp16 value, one cvt widens two of them (to bf16 it takes four instructions), and q is
+// brought into fp16's range by a power-of-two scale (exact; folded back into the logits).
+//
+// K never goes through a widened copy: the B fragment of S = Q K^T is built in registers from
+// one 16-byte shared load per lane per 64 dims. That works because the dot product does not
+// care in which order the dims are summed: lane quad c of k-step s holds mma k-indices
+// {2c, 2c+1, 2c+8, 2c+9}, and we let those be dims 64 (s / 4) + 16 c + 4 (s % 4) + {0..3}, four
+// consecutive bytes of the key's row. q is stored in shared memory in the same permuted order.
+__device__ __forceinline__ int fp8_dim_of(int pos) {  // shared q position -> head dim
+  const int s = pos >> 4, kap = pos & 15;
+  const int c = (kap & 7) >> 1, j = (kap & 1) + 2 * (kap >> 3);
+  return (s >> 2) * 64 + c * 16 + (s & 3) * 4 + j;
+}
+
+template <KvKind KV>
+__device__ __forceinline__ uint32_t fp8x2_f16(uint32_t two) {
+  return fp8x2_to<__half, KV>(static_cast<uint16_t>(two));
+}
+
+// The CTA's q rows, scaled by 2^k into fp16 range and permuted as above; returns 2^-k.
+template <typename T, int ROWS, int D, int QP>
+__device__ __forceinline__ float load_q_fp16(const DecodeParams& p, const DecodeEntry& e,
+                                             __half* sQ) {
+  __shared__ float red[32];
+  const T* q = static_cast<const T*>(p.q);
+  const int rows = min(ROWS, e.rows_total - e.row0);
+  float mx = 0.f;
+  for (int i = threadIdx.x; i < rows * D; i += blockDim.x) {
+    const int gr = e.row0 + i / D;
+    mx = fmaxf(mx, fabsf(to_float(q[e.token(p, gr) * p.q_st + e.head(p, gr) * p.q_sh + i % D])));
+  }
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = mx;
+  __syncthreads();
+  mx = 0.f;
+  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) mx = fmaxf(mx, red[w]);
+  // |q| 2^k in [2^14, 2^15): fp16's top binade stays free, so no rounding overflows.
+  int k = 0;
+  if (mx > 0.f && mx <= 3.0e38f) k = min(100, max(-100, 14 - ilogbf(mx)));
+  const float qs = ldexpf(1.f, k);
+  for (int i = threadIdx.x; i < ROWS * D; i += blockDim.x) {
+    const int r = i / D, pos = i % D, gr = e.row0 + r;
+    float x = 0.f;
+    if (gr < e.rows_total)
+      x = to_float(q[e.token(p, gr) * p.q_st + e.head(p, gr) * p.q_sh + fp8_dim_of(pos)]) * qs;
+    sQ[r * QP + pos] = __float2half_rn(x);
+  }
+  return ldexpf(1.f, -k);
+}
+
+// Widens this warp's KW V rows of an fp8 stage to fp16 (for ldmatrix.trans).
+template <typename Cfg, KvKind KV>
+__device__ __forceinline__ void widen_v(const unsigned char* stage, int warp, int lane,
+                                        __half* v16) {
+  constexpr int DV = Cfg::DV, KW = Cfg::KW;
+  static_assert((KW * DV / 8) % 32 == 0, "whole rounds of 8-byte units per lane");
+#pragma unroll  // all loads first, so their latencies overlap
+  for (int u = lane; u < KW * DV / 8; u += 32) {
+    const int key = u / (DV / 8), c8 = u % (DV / 8);
+    const uint2 raw = *reinterpret_cast<const uint2*>(stage + Cfg::N * Cfg::KRAW +
+                                                      (warp * KW + key) * Cfg::VRAW + c8 * 8);
     uint4 o;
-    o.x = fp8x2_to<T, KV>(static_cast<uint16_t>(raw.x & 0xffff));
-    o.y = fp8x2_to<T, KV>(static_cast<uint16_t>(raw.x >> 16));
-    o.z = fp8x2_to<T, KV>(static_cast<uint16_t>(raw.y & 0xffff));
-    o.w = fp8x2_to<T, KV>(static_cast<uint16_t>(raw.y >> 16));
-    *reinterpret_cast<uint4*>(is_k ? k16 + key * Cfg::KP + c8 * 8 : v16 + key * Cfg::VP + c8 * 8) =
-        o;
+    o.x = fp8x2_f16<KV>(raw.x & 0xffff);
+    o.y = fp8x2_f16<KV>(raw.x >> 16);
+    o.z = fp8x2_f16<KV>(raw.y & 0xffff);
+    o.w = fp8x2_f16<KV>(raw.y >> 16);
+    *reinterpret_cast<uint4*>(v16 + key * Cfg::VP + c8 * 8) = o;
   }
 }
 
@@ -77,16 +125,22 @@ __global__ void __launch_bounds__(Cfg::THREADS) decode_wk_kernel(const DecodePar
   constexpr bool FP8 = Cfg::FP8;
   static_assert(FP8 == (KV != KvKind::kSame), "config and KV kind disagree");
 
+  // The 16-bit type of the tensor-core operands: q's, or fp16 for fp8 caches (see above).
+  using C = std::conditional_t<FP8, __half, T>;
   extern __shared__ __align__(16) unsigned char smem[];
   unsigned char* sStage = smem;
-  T* sQ = reinterpret_cast<T*>(smem + STAGES * Cfg::STAGE_BYTES);
+  C* sQ = reinterpret_cast<C*>(smem + STAGES * Cfg::STAGE_BYTES);
   KeyBytes* sLoc = reinterpret_cast<KeyBytes*>(smem + STAGES * Cfg::STAGE_BYTES + Cfg::Q_BYTES);
-  T* sCvt = reinterpret_cast<T*>(smem + STAGES * Cfg::STAGE_BYTES + Cfg::Q_BYTES + Cfg::LOC_BYTES);
+  C* sCvt = reinterpret_cast<C*>(smem + STAGES * Cfg::STAGE_BYTES + Cfg::Q_BYTES + Cfg::LOC_BYTES);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   DecodeEntry e;
   if (!load_entry<T, DV, ROWS, N>(p, e)) return;
-  load_rows<T, ROWS, D, QP>(p, e, static_cast<const T*>(p.q), p.q_st, p.q_sh, sQ);
+  float q_unscale = 1.f;
+  if constexpr (FP8)
+    q_unscale = wk::load_q_fp16<T, ROWS, D, QP>(p, e, sQ);
+  else
+    load_rows<T, ROWS, D, QP>(p, e, static_cast<const T*>(p.q), p.q_st, p.q_sh, sQ);
 
   KvPipeline<N, D * EB / 16, DV * EB / 16, Cfg::KRAW, Cfg::VRAW, THREADS, STAGES, Cfg::STAGE_BYTES,
              EB>
@@ -121,7 +175,8 @@ __global__ void __launch_bounds__(Cfg::THREADS) decode_wk_kernel(const DecodePar
   }
   // logit (base 2) = softcap(scale * kd * s) * log2(e); without softcap one multiply.
   const bool capped = p.softcap > 0.f;
-  const float mul = capped ? p.scale * e.kd / p.softcap : p.scale * e.kd * wk::kLog2e;
+  const float mul =
+      capped ? p.scale * e.kd * q_unscale / p.softcap : p.scale * e.kd * q_unscale * wk::kLog2e;
   const float post = capped ? p.softcap * wk::kLog2e : 1.f;
 
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
@@ -129,8 +184,7 @@ __global__ void __launch_bounds__(Cfg::THREADS) decode_wk_kernel(const DecodePar
 #pragma unroll
   for (int u = 0; u < DV / 8; ++u) acc[u][0] = acc[u][1] = acc[u][2] = acc[u][3] = 0.f;
 
-  T* k16 = sCvt + warp * KW * (KP + VP);
-  T* v16 = k16 + KW * KP;
+  C* v16 = sCvt + warp * KW * VP;  // fp8: this warp's widened V rows
   kv.prologue();
   for (int j = 0; j < kv.ntiles; ++j) {
     cp_async_wait<STAGES - 2>();
@@ -139,25 +193,47 @@ __global__ void __launch_bounds__(Cfg::THREADS) decode_wk_kernel(const DecodePar
     const int t0 = kv.first + j * N + warp * KW;  // this warp's first key
     if (t0 < e.end) {
       const unsigned char* stage = kv.stage(j);
-      const T* Kw = reinterpret_cast<const T*>(stage + warp * KW * Cfg::KRAW);
-      const T* Vw = reinterpret_cast<const T*>(stage + N * Cfg::KRAW + warp * KW * Cfg::VRAW);
-      if constexpr (FP8) {
-        __syncwarp();  // the previous tile's reads of k16 / v16 are done
-        wk::widen_warp<Cfg, T, KV>(stage, warp, lane, k16, v16);
-        __syncwarp();
-        Kw = k16;
-        Vw = v16;
-      }
+      const C* Vw = reinterpret_cast<const C*>(stage + N * Cfg::KRAW + warp * KW * Cfg::VRAW);
       // S = Q K^T: 16 rows x 16 keys, n8 tiles 0 (keys 0-7) and 1 (8-15).
       float s[2][4] = {};
+      if constexpr (FP8) {
+        __syncwarp();  // the previous tile's ldmatrix reads of v16 are done
+        wk::widen_v<Cfg, KV>(stage, warp, lane, v16);
+        // Each lane's key (lane / 4 of each n8 tile), 16 bytes per 64 dims.
+        uint4 kr[2][D / 64];
 #pragma unroll
-      for (int ks = 0; ks < D / 16; ++ks) {
-        uint32_t a[4], b[4];
-        ldmatrix_x4(a, sQ + (lane & 15) * QP + ks * 16 + (lane >> 4) * 8);
-        ldmatrix_x4(b,
-                    Kw + ((lane & 7) + ((lane >> 4) << 3)) * KP + ks * 16 + ((lane >> 3) & 1) * 8);
-        mma16816<T>(s[0], a, b[0], b[1]);
-        mma16816<T>(s[1], a, b[2], b[3]);
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+          for (int gq = 0; gq < D / 64; ++gq)
+            kr[nt][gq] = *reinterpret_cast<const uint4*>(
+                stage + (warp * KW + nt * 8 + (lane >> 2)) * Cfg::KRAW + gq * 64 + (lane & 3) * 16);
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ++ks) {
+          uint32_t a[4];
+          ldmatrix_x4(a, sQ + (lane & 15) * QP + ks * 16 + (lane >> 4) * 8);
+#pragma unroll
+          for (int nt = 0; nt < 2; ++nt) {
+            const uint4 w4 = kr[nt][ks / 4];
+            const uint32_t w = (ks & 3) == 0   ? w4.x
+                               : (ks & 3) == 1 ? w4.y
+                               : (ks & 3) == 2 ? w4.z
+                                               : w4.w;
+            mma16816<C>(s[nt], a, wk::fp8x2_f16<KV>(w & 0xffff), wk::fp8x2_f16<KV>(w >> 16));
+          }
+        }
+        __syncwarp();  // v16 written by every lane before the ldmatrix.trans below
+        Vw = v16;
+      } else {
+        const T* Kw = reinterpret_cast<const T*>(stage + warp * KW * Cfg::KRAW);
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ++ks) {
+          uint32_t a[4], b[4];
+          ldmatrix_x4(a, sQ + (lane & 15) * QP + ks * 16 + (lane >> 4) * 8);
+          ldmatrix_x4(
+              b, Kw + ((lane & 7) + ((lane >> 4) << 3)) * KP + ks * 16 + ((lane >> 3) & 1) * 8);
+          mma16816<T>(s[0], a, b[0], b[1]);
+          mma16816<T>(s[1], a, b[2], b[3]);
+        }
       }
       // Online softmax in base 2; element x of n8 tile nt is row (x >> 1), key nt*8 + 2*(lane&3) +
       // (x&1).
@@ -201,16 +277,16 @@ __global__ void __launch_bounds__(Cfg::THREADS) decode_wk_kernel(const DecodePar
       }
       // O += P V: S's accumulator layout is exactly the A fragment of a 16 x 16 (rows x keys) tile.
       uint32_t a[4];
-      a[0] = wk::pack2<T>(s[0][0], s[0][1]);
-      a[1] = wk::pack2<T>(s[0][2], s[0][3]);
-      a[2] = wk::pack2<T>(s[1][0], s[1][1]);
-      a[3] = wk::pack2<T>(s[1][2], s[1][3]);
+      a[0] = wk::pack2<C>(s[0][0], s[0][1]);
+      a[1] = wk::pack2<C>(s[0][2], s[0][3]);
+      a[2] = wk::pack2<C>(s[1][0], s[1][1]);
+      a[3] = wk::pack2<C>(s[1][2], s[1][3]);
 #pragma unroll
       for (int dp = 0; dp < DV / 16; ++dp) {
         uint32_t bv[4];
         wk::ldsm_x4_trans(bv, Vw + (lane & 15) * VP + dp * 16 + (lane >> 4) * 8);
-        mma16816<T>(acc[2 * dp], a, bv[0], bv[1]);
-        mma16816<T>(acc[2 * dp + 1], a, bv[2], bv[3]);
+        mma16816<C>(acc[2 * dp], a, bv[0], bv[1]);
+        mma16816<C>(acc[2 * dp + 1], a, bv[2], bv[3]);
       }
     }
     kv.retire(j);

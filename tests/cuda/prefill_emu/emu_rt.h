@@ -32,6 +32,19 @@ struct uint2 {
 struct uint4 {
   uint32_t x, y, z, w;
 };
+struct int2 {
+  int x, y;
+};
+struct longlong2 {
+  long long x, y;
+};
+inline int2 make_int2(int x, int y) { return {x, y}; }
+inline longlong2 make_longlong2(long long x, long long y) { return {x, y}; }
+inline int __ffs(int x) { return __builtin_ffs(x); }
+template <typename T>
+inline T __ldg(const T* p) {
+  return *p;
+}
 
 namespace emu {
 

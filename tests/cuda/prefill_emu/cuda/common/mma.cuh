@@ -16,6 +16,9 @@ inline void cp_async16(void* smem, const void* gmem, int src_bytes) {
   else
     std::memset(smem, 0, 16);
 }
+inline void cp_async16_or_zero(void* smem, const void* gmem, bool ok) {
+  cp_async16(smem, gmem, ok ? 16 : 0);
+}
 inline void cp_async_commit() {}
 template <int N>
 inline void cp_async_wait() {}
