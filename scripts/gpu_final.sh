@@ -53,6 +53,10 @@ if [[ -n ${NCU:-} ]]; then  # one launch of each hot kernel under Nsight Compute
 fi
 step bench 170 python3 $BIN/compare.py run --bin $BIN/flashback --peers-py $BIN/peers.py \
   --outdir $OUT/bench --name h200
+# The deterministic mode's cost (fixed 1024-key splits) on the workloads it matters most for.
+step bench_deterministic 60 $BIN/flashback bench --device cuda --workloads $BIN/workloads.json \
+  --deterministic --only decode_b64_L8k,decode_b1_L128k,verify_b64_q4_L4k --json $OUT/bench/deterministic.json
+cat $LOGS/bench_deterministic.log | tail -8
 echo; echo "== bench table"; cat $OUT/bench/*.md 2>/dev/null | head -40
 echo; echo "== summary"; printf '%s\n' "${summary[@]}" | tee $OUT/summary.txt
 tar czf $OUT/logs.tgz -C $LOGS . && rm -rf $LOGS

@@ -99,7 +99,7 @@ PagedData make_paged(const AttentionCase& c, uint64_t seed) {
     p.v_cache = d.k_cache.view().slice(3, 0, Dv);
     p.k_cache = d.k_cache.view().slice(3, Dv, Dv + D);
     d.q = Tensor(c.dtype, {d.total_q, Hq, Dv + D});
-    if (c.fill_values) fill_normal(d.q, rng);
+    if (c.fill_values) fill_normal(d.q, rng, c.q_stddev);
     p.qv = d.q.view().slice(2, 0, Dv);
     p.q = d.q.view().slice(2, Dv, Dv + D);
   } else {
@@ -110,7 +110,7 @@ PagedData make_paged(const AttentionCase& c, uint64_t seed) {
     p.k_cache = d.k_cache;
     p.v_cache = d.v_cache;
     d.q = Tensor(c.dtype, {d.total_q, Hq, D});
-    if (c.fill_values) fill_normal(d.q, rng);
+    if (c.fill_values) fill_normal(d.q, rng, c.q_stddev);
     p.q = d.q;
   }
   if (is_fp8(c.kv_dtype)) {
@@ -178,6 +178,18 @@ PagedData with_fresh_outputs(const PagedData& src) {
   return d;
 }
 
+// The max-abs allowance for 16-bit outputs: DESIGN.md's 2e-2, or one unit in the last place of
+// the output type at the reference's magnitude where that is larger. Above |x| = 4 a bf16 ulp
+// is 0.031: a result that is right in fp32 can round to the oracle's neighbour, and no
+// absolute bound below one ulp can be met there.
+static double abs_allowance(DType t, double ref) {
+  if (t == DType::kF32 || ref == 0 || !std::isfinite(ref)) return 2e-2;
+  int e = 0;
+  std::frexp(std::abs(ref), &e);  // |ref| in [2^(e-1), 2^e)
+  const int mantissa = t == DType::kBF16 ? 7 : 10;
+  return std::max(2e-2, std::ldexp(1.0, e - 1 - mantissa));
+}
+
 Comparison compare(const TensorView& out, const TensorView& ref, const TensorView& lse,
                    const TensorView& lse_ref) {
   Comparison c;
@@ -203,6 +215,8 @@ Comparison compare(const TensorView& out, const TensorView& ref, const TensorVie
         num += (a - r) * (a - r);
         den += r * r;
         c.max_abs = std::max(c.max_abs, std::abs(a - r));
+        c.max_abs_excess =
+            std::max(c.max_abs_excess, std::abs(a - r) - abs_allowance(out.dtype, r));
       }
   c.rel_l2 = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
   if (lse.defined()) {
@@ -228,8 +242,9 @@ Comparison compare(const TensorView& out, const TensorView& ref, const TensorVie
     why << "LSE -inf mismatch (empty row)";
   else if (c.rel_l2 > rel_tol)
     why << "relative L2 " << c.rel_l2 << " > " << rel_tol;
-  else if (low && c.max_abs > 2e-2)
-    why << "max abs " << c.max_abs << " > 2e-2";
+  else if (low && c.max_abs_excess > 0)
+    why << "max abs " << c.max_abs << " > 2e-2 (or one " << dtype_name(out.dtype)
+        << " ulp where outputs are larger)";
   else if (!low && c.max_abs > 1e-4)
     why << "max abs " << c.max_abs << " > 1e-4";
   else if (c.lse_max_abs > 1e-3)

@@ -12,11 +12,12 @@ from flashback import ForwardBatch, ForwardMode
 
 
 class Engine:
-    def __init__(self, page_size, *, mla=False, window=-1, seed=0):
+    def __init__(self, page_size, *, mla=False, window=-1, seed=0, dims=None):
+        """dims: (D, Dv) instead of the small defaults (CUDA builds only some head dims)."""
         self.rng = np.random.default_rng(seed)
         self.P, self.mla = page_size, mla
         self.H, self.Hk = (4, 1) if mla else (4, 2)
-        self.D, self.Dv = (24, 16) if mla else (16, 8)
+        self.D, self.Dv = dims if dims else (24, 16) if mla else (16, 8)
         self.max_ctx, num_pages = 32, 40 * (8 // page_size if page_size < 8 else 1)
         self.req_to_token = np.zeros((4, self.max_ctx), np.int32)
         self.rows = np.array([2, 0, 3], np.int32)

@@ -361,7 +361,8 @@ def test_cuda_backend_decode_step(mla):
     DECODE step writes its K/V and attends, as the engine-style NumPy test checks on the CPU."""
     from test_backend_numpy import Engine
 
-    eng = Engine(4, mla=mla, seed=21)
+    # Head dims every CUDA build has (the NumPy engine's small defaults are CPU-only).
+    eng = Engine(4, mla=mla, seed=21, dims=(576, 512) if mla else (128, 128))
     eng.prefill_cache([5, 16, 9])
     have = [h.shape[0] for h in eng.hist_k]
     seq = np.array([n + 1 for n in have], np.int32)
