@@ -46,9 +46,12 @@ if [[ -n ${NCU:-} ]]; then  # one launch of each hot kernel under Nsight Compute
     step ncu_$w 60 ncu --clock-control none --launch-skip 3 --launch-count 1 \
       -k regex:'decode|prefill' --section SpeedOfLight --section MemoryWorkloadAnalysis \
       --section WarpStateStats --section Occupancy --section LaunchStats --section SchedulerStats \
+      --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio \
       $BIN/flashback bench --device cuda --workloads $BIN/workloads.json --only $w --budget 1
-    grep -E 'Duration|Memory Throughput|DRAM Throughput|Compute \(SM\)|Achieved Occupancy|Registers Per|Stall|Block Limit|Eligible|Issued Warp' \
-      $LOGS/ncu_$w.log | head -30
+    grep -E 'Duration|DRAM Throughput|Issued Warp|Achieved Occupancy|Registers Per' $LOGS/ncu_$w.log | head -8
+    # stall reasons, largest first (warps per issued instruction)
+    grep -E 'issue_stalled_.*ratio' $LOGS/ncu_$w.log | awk '{print $NF, $1}' | sort -rn | head -6 |
+      sed -E 's/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//' | tr '\n' ';'; echo
   done
 fi
 step bench 170 python3 $BIN/compare.py run --bin $BIN/flashback --peers-py $BIN/peers.py \

@@ -195,7 +195,9 @@ __global__ void __launch_bounds__(Cfg::THREADS) decode_wk_kernel(const DecodePar
       const unsigned char* stage = kv.stage(j);
       const C* Vw = reinterpret_cast<const C*>(stage + N * Cfg::KRAW + warp * KW * Cfg::VRAW);
       // S = Q K^T: 16 rows x 16 keys, n8 tiles 0 (keys 0-7) and 1 (8-15).
-      float s[2][4] = {};
+      // Two accumulator sets (even / odd k-steps) halve the dependent mma chain: with one or
+      // two warps per scheduler its latency, not the issue rate, bounds a tile.
+      float s[2][4] = {}, s2[2][4] = {};
       if constexpr (FP8) {
         __syncwarp();  // the previous tile's ldmatrix reads of v16 are done
         wk::widen_v<Cfg, KV>(stage, warp, lane, v16);
@@ -218,7 +220,8 @@ __global__ void __launch_bounds__(Cfg::THREADS) decode_wk_kernel(const DecodePar
                                : (ks & 3) == 1 ? w4.y
                                : (ks & 3) == 2 ? w4.z
                                                : w4.w;
-            mma16816<C>(s[nt], a, wk::fp8x2_f16<KV>(w & 0xffff), wk::fp8x2_f16<KV>(w >> 16));
+            mma16816<C>((ks & 1) ? s2[nt] : s[nt], a, wk::fp8x2_f16<KV>(w & 0xffff),
+                        wk::fp8x2_f16<KV>(w >> 16));
           }
         }
         __syncwarp();  // v16 written by every lane before the ldmatrix.trans below
@@ -231,10 +234,14 @@ __global__ void __launch_bounds__(Cfg::THREADS) decode_wk_kernel(const DecodePar
           ldmatrix_x4(a, sQ + (lane & 15) * QP + ks * 16 + (lane >> 4) * 8);
           ldmatrix_x4(
               b, Kw + ((lane & 7) + ((lane >> 4) << 3)) * KP + ks * 16 + ((lane >> 3) & 1) * 8);
-          mma16816<T>(s[0], a, b[0], b[1]);
-          mma16816<T>(s[1], a, b[2], b[3]);
+          mma16816<T>((ks & 1) ? s2[0] : s[0], a, b[0], b[1]);
+          mma16816<T>((ks & 1) ? s2[1] : s[1], a, b[2], b[3]);
         }
       }
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) s[nt][x] += s2[nt][x];
       // Online softmax in base 2; element x of n8 tile nt is row (x >> 1), key nt*8 + 2*(lane&3) +
       // (x&1).
       float mx[2] = {-INFINITY, -INFINITY};
