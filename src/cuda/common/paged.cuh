@@ -29,6 +29,15 @@ struct PageWalk {
   bool slots = false;             // the row holds slot ids, one per position
   int krow0 = 0;                  // ragged: key t is row krow0 + t
 
+  /// Keys through a page-table row (page ids, or slot ids when `holds_slots`).
+  __device__ __forceinline__ void paged(const int32_t* table_row, int64_t stride, int first_pos,
+                                        bool holds_slots, int ps) {
+    row = table_row;
+    s1 = stride;
+    start = first_pos;
+    slots = holds_slots;
+    set_page_size(ps);
+  }
   __device__ __forceinline__ void set_page_size(int ps) {
     page_size = ps;
     shift = (ps & (ps - 1)) == 0 ? __ffs(ps) - 1 : -1;
@@ -106,7 +115,9 @@ __device__ __forceinline__ void copy_tile(unsigned char* dst0, const KeyBytes* a
 /// publishes the key's byte offsets into the tile's slot of `loc` at the end of an iteration,
 /// so the next iteration's copies find them after its barrier. Per tile j the kernel does:
 ///   cp_async_wait<STAGES - 2>(); __syncthreads(); advance(j); ...compute on stage(j)...;
-///   retire(j);
+///   retire(p, j);
+/// The cache strides are read from the kernel's params `p` (any struct with k_sp, k_so, v_sp,
+/// v_so) where they are used, not kept in registers: the prefill kernel runs at 255.
 template <int N, int CK, int CV, int KRAW, int VRAW, int THREADS, int STAGES, int STAGE_BYTES,
           int EB>
 struct KvPipeline {
@@ -114,10 +125,17 @@ struct KvPipeline {
   KeyBytes* loc = nullptr;                                 // [STAGES][N], shared
   unsigned char* stages = nullptr;                         // [STAGES][STAGE_BYTES], shared
   const unsigned char *kbase = nullptr, *vbase = nullptr;  // cache bases at the KV head
-  int64_t k_sp = 0, k_so = 0, v_sp = 0, v_so = 0;          // element strides (page, offset)
   int first = 0, end = 0, ntiles = 0;
   int32_t ahead = 0;
 
+  /// Shared buffers, and the caches at KV head g (head strides in elements).
+  __device__ __forceinline__ void bind(KeyBytes* loc_buf, unsigned char* stage_buf, const void* k,
+                                       int64_t k_sh, const void* v, int64_t v_sh, int g) {
+    loc = loc_buf;
+    stages = stage_buf;
+    kbase = static_cast<const unsigned char*>(k) + g * k_sh * EB;
+    vbase = static_cast<const unsigned char*>(v) + g * v_sh * EB;
+  }
   __device__ __forceinline__ void set_range(int first_key, int end_key) {
     first = first_key;
     end = end_key;
@@ -132,11 +150,12 @@ struct KvPipeline {
   __device__ __forceinline__ int32_t fetch(int tile) const {
     return threadIdx.x < N && key_of(tile) < end ? walk.read(key_of(tile)) : 0;
   }
-  __device__ __forceinline__ void publish(int tile, int32_t entry) {
+  template <typename P>
+  __device__ __forceinline__ void publish(const P& p, int tile, int32_t entry) {
     if (threadIdx.x < N)
       loc[(tile % STAGES) * N + threadIdx.x] =
           key_of(tile) < end
-              ? key_bytes(walk.locate(entry, key_of(tile)), k_sp, k_so, v_sp, v_so, EB)
+              ? key_bytes(walk.locate(entry, key_of(tile)), p.k_sp, p.k_so, p.v_sp, p.v_so, EB)
               : no_key();
   }
   __device__ __forceinline__ void copy(int tile) {
@@ -144,12 +163,13 @@ struct KvPipeline {
   }
   /// Tiles [0, STAGES - 1) located and their copies issued, one commit group each (cp.async
   /// the caller issued before joins tile 0's group); tile STAGES - 1 located.
-  __device__ __forceinline__ void prologue() {
+  template <typename P>
+  __device__ __forceinline__ void prologue(const P& p) {
     int32_t e[STAGES - 1];
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) e[s] = s < ntiles ? fetch(s) : 0;
 #pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) publish(s, e[s]);
+    for (int s = 0; s < STAGES - 1; ++s) publish(p, s, e[s]);
     __syncthreads();
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
@@ -158,7 +178,7 @@ struct KvPipeline {
     }
     if (STAGES - 1 < ntiles) {
       ahead = fetch(STAGES - 1);
-      publish(STAGES - 1, ahead);
+      publish(p, STAGES - 1, ahead);
     }
   }
   /// Iteration j, after its barrier: copy tile j + STAGES - 1, read tile j + STAGES's entry.
@@ -169,8 +189,9 @@ struct KvPipeline {
   }
   /// End of iteration j: publish tile j + STAGES's location (into tile j's slot, whose copy
   /// was issued STAGES - 1 iterations ago).
-  __device__ __forceinline__ void retire(int j) {
-    if (j + STAGES < ntiles) publish(j + STAGES, ahead);
+  template <typename P>
+  __device__ __forceinline__ void retire(const P& p, int j) {
+    if (j + STAGES < ntiles) publish(p, j + STAGES, ahead);
   }
 };
 

@@ -9,24 +9,11 @@
 #include <cstdint>
 
 #include "cuda/common/dtype.cuh"
+#include "cuda/common/paged.cuh"
+#include "cuda/common/visible.cuh"
 #include "cuda/decode/params.h"
 
 namespace flashback::cuda {
-
-struct KeyRangeDev {
-  int lo, hi;  // inclusive; empty when hi < lo
-};
-
-// The oracle's rule (reference::visible_keys), on the device.
-__device__ __forceinline__ KeyRangeDev visible_keys_dev(int i, int q_len, int kv_len,
-                                                        const DecodeParams& p) {
-  const int pos = kv_len - q_len + i;
-  int lo = 0, hi = kv_len - 1;
-  if (p.causal && pos < hi) hi = pos;
-  if (p.window_left >= 0 && pos - p.window_left > lo) lo = pos - p.window_left;
-  if (p.window_right >= 0 && pos + p.window_right < hi) hi = pos + p.window_right;
-  return {lo, hi};
-}
 
 struct DecodeEntry {
   int q0, q_len, kv_len, start, trow;
@@ -77,8 +64,8 @@ __device__ __forceinline__ bool load_entry(const DecodeParams& p, DecodeEntry& e
 
   // This split's keys: a slice of the union of the entry's visible ranges.
   e.begin = e.end = 0;
-  const int lo = visible_keys_dev(0, e.q_len, e.kv_len, p).lo;
-  const int hi = visible_keys_dev(e.q_len - 1, e.q_len, e.kv_len, p).hi;
+  const int lo = visible_keys(p, 0, e.q_len, e.kv_len).lo;
+  const int hi = visible_keys(p, e.q_len - 1, e.q_len, e.kv_len).hi;
   if (hi >= lo) {
     const int range = hi - lo + 1;
     int chunk = p.split_chunk;
@@ -105,6 +92,17 @@ __device__ __forceinline__ void load_rows(const DecodeParams& p, const DecodeEnt
     if (gr < e.rows_total) x = src[e.token(p, gr) * st + e.head(p, gr) * sh + d];
     dst[r * P + d] = x;
   }
+}
+
+/// Points a K/V pipeline (common/paged.cuh) at this CTA's entry: its page-table row, KV head g
+/// of both caches, and its split's keys.
+template <typename Pipe>
+__device__ __forceinline__ void bind_kv(Pipe& kv, const DecodeParams& p, const DecodeEntry& e,
+                                        KeyBytes* loc, unsigned char* stages) {
+  kv.walk.paged(p.table + static_cast<int64_t>(e.trow) * p.table_s0, p.table_s1, e.start,
+                p.table_holds_slots, p.page_size);
+  kv.bind(loc, stages, p.k, p.k_sh, p.v, p.v_sh, e.g);
+  kv.set_range(e.begin, e.end);
 }
 
 }  // namespace flashback::cuda

@@ -67,20 +67,7 @@ __global__ void __launch_bounds__(Cfg::THREADS) decode_kernel(const DecodeParams
   KvPipeline<N, D * EB / 16, DV * EB / 16, Cfg::KRAW, Cfg::VRAW, THREADS, STAGES, Cfg::STAGE_BYTES,
              EB>
       kv;
-  kv.walk.row = p.table + static_cast<int64_t>(e.trow) * p.table_s0;
-  kv.walk.s1 = p.table_s1;
-  kv.walk.start = e.start;
-  kv.walk.slots = p.table_holds_slots;
-  kv.walk.set_page_size(p.page_size);
-  kv.loc = sLoc;
-  kv.stages = sStage;
-  kv.kbase = static_cast<const unsigned char*>(p.k) + g * p.k_sh * EB;
-  kv.vbase = static_cast<const unsigned char*>(p.v) + g * p.v_sh * EB;
-  kv.k_sp = p.k_sp;
-  kv.k_so = p.k_so;
-  kv.v_sp = p.v_sp;
-  kv.v_so = p.v_so;
-  kv.set_range(e.begin, e.end);
+  bind_kv(kv, p, e, sLoc, sStage);
 
   // Softmax row ownership is static, so the running max and sum live in registers.
   const int my_row = tid / TPR, sub = tid % TPR;
@@ -88,7 +75,7 @@ __global__ void __launch_bounds__(Cfg::THREADS) decode_kernel(const DecodeParams
   {
     const int gr = row0 + my_row;
     if (gr < rows_total) {
-      const KeyRangeDev kr = visible_keys_dev(gr / p.group, q_len, kv_len, p);
+      const KeyRange kr = visible_keys(p, gr / p.group, q_len, kv_len);
       lo_r = kr.lo;
       hi_r = kr.hi;
     }
@@ -105,7 +92,7 @@ __global__ void __launch_bounds__(Cfg::THREADS) decode_kernel(const DecodeParams
       for (int x = 0; x < 4; ++x) acc[mt][u][x] = 0.f;
 
   const int begin = e.begin, ntiles = kv.ntiles;
-  kv.prologue();
+  kv.prologue(p);
   for (int j = 0; j < ntiles; ++j) {
     cp_async_wait<STAGES - 2>();
     __syncthreads();
@@ -236,7 +223,7 @@ __global__ void __launch_bounds__(Cfg::THREADS) decode_kernel(const DecodeParams
           if (warp + u * WARPS < Cfg::NT8) mma16816<T>(acc[mt][u], a, bv[u][0], bv[u][1]);
       }
     }
-    kv.retire(j);
+    kv.retire(p, j);
   }
   cp_async_wait<0>();
 

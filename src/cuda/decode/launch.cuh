@@ -5,7 +5,7 @@
 
 #include <cuda_runtime.h>
 
-#include "cuda/common/check.cuh"
+#include "cuda/common/launch.cuh"
 #include "cuda/decode/kernel.cuh"
 #include "cuda/decode/launch.h"
 #include "cuda/decode/warp_keys.cuh"
@@ -15,33 +15,18 @@ namespace flashback::cuda {
 template <int D, int DV, bool QV, typename T, int MT, KvKind KV>
 void launch_decode_one(const DecodeParams& p, cudaStream_t stream) {
   using Cfg = DecodeConfig<D, DV, QV, KV != KvKind::kSame, MT>;
-  auto kernel = decode_kernel<Cfg, T, KV>;
-  // Raising the dynamic shared-memory limit is per function and device; doing it on every call
-  // keeps multi-GPU processes correct and costs microseconds (it is not a stream operation, so
-  // it is legal during graph capture).
-  FLASHBACK_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES));
-  // The stage count assumes two CTAs per SM; without the full carveout the driver may pick a
-  // smaller shared-memory partition.
-  FLASHBACK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                            cudaSharedmemCarveoutMaxShared));
-  const dim3 grid(p.num_splits, p.heads_kv * p.row_blocks, p.batch);
-  kernel<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(p);
-  FLASHBACK_CUDA_CHECK_LAUNCH("decode_kernel");
+  launch_with_smem(decode_kernel<Cfg, T, KV>,
+                   dim3(p.num_splits, p.heads_kv * p.row_blocks, p.batch), Cfg::THREADS,
+                   Cfg::SMEM_BYTES, stream, p, "decode_kernel");
 }
 
 // Up to 16 rows and v heads up to 256 wide: the warps-split-keys kernel (warp_keys.cuh).
 template <int D, int DV, typename T, KvKind KV>
 void launch_decode_wk(const DecodeParams& p, cudaStream_t stream) {
   using Cfg = DecodeWkConfig<D, DV, KV != KvKind::kSame>;
-  auto kernel = decode_wk_kernel<Cfg, T, KV>;
-  FLASHBACK_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES));
-  FLASHBACK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                            cudaSharedmemCarveoutMaxShared));
-  const dim3 grid(p.num_splits, p.heads_kv * p.row_blocks, p.batch);
-  kernel<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(p);
-  FLASHBACK_CUDA_CHECK_LAUNCH("decode_wk_kernel");
+  launch_with_smem(decode_wk_kernel<Cfg, T, KV>,
+                   dim3(p.num_splits, p.heads_kv * p.row_blocks, p.batch), Cfg::THREADS,
+                   Cfg::SMEM_BYTES, stream, p, "decode_wk_kernel");
 }
 
 template <int D, int DV, bool QV, typename T, int MT>

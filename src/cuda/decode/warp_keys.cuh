@@ -145,20 +145,7 @@ __global__ void __launch_bounds__(Cfg::THREADS) decode_wk_kernel(const DecodePar
   KvPipeline<N, D * EB / 16, DV * EB / 16, Cfg::KRAW, Cfg::VRAW, THREADS, STAGES, Cfg::STAGE_BYTES,
              EB>
       kv;
-  kv.walk.row = p.table + static_cast<int64_t>(e.trow) * p.table_s0;
-  kv.walk.s1 = p.table_s1;
-  kv.walk.start = e.start;
-  kv.walk.slots = p.table_holds_slots;
-  kv.walk.set_page_size(p.page_size);
-  kv.loc = sLoc;
-  kv.stages = sStage;
-  kv.kbase = static_cast<const unsigned char*>(p.k) + e.g * p.k_sh * EB;
-  kv.vbase = static_cast<const unsigned char*>(p.v) + e.g * p.v_sh * EB;
-  kv.k_sp = p.k_sp;
-  kv.k_so = p.k_so;
-  kv.v_sp = p.v_sp;
-  kv.v_so = p.v_so;
-  kv.set_range(e.begin, e.end);
+  bind_kv(kv, p, e, sLoc, sStage);
 
   // This thread's two rows (lane / 4 and lane / 4 + 8 of the block) and their key ranges.
   int lo[2], hi[2];
@@ -168,7 +155,7 @@ __global__ void __launch_bounds__(Cfg::THREADS) decode_wk_kernel(const DecodePar
     lo[i] = 1;
     hi[i] = 0;
     if (gr < e.rows_total) {
-      const KeyRangeDev r = visible_keys_dev(gr / p.group, e.q_len, e.kv_len, p);
+      const KeyRange r = visible_keys(p, gr / p.group, e.q_len, e.kv_len);
       lo[i] = r.lo;
       hi[i] = min(r.hi, e.end - 1);
     }
@@ -185,7 +172,7 @@ __global__ void __launch_bounds__(Cfg::THREADS) decode_wk_kernel(const DecodePar
   for (int u = 0; u < DV / 8; ++u) acc[u][0] = acc[u][1] = acc[u][2] = acc[u][3] = 0.f;
 
   C* v16 = sCvt + warp * KW * VP;  // fp8: this warp's widened V rows
-  kv.prologue();
+  kv.prologue(p);
   for (int j = 0; j < kv.ntiles; ++j) {
     cp_async_wait<STAGES - 2>();
     __syncthreads();
@@ -296,7 +283,7 @@ __global__ void __launch_bounds__(Cfg::THREADS) decode_wk_kernel(const DecodePar
         mma16816<C>(acc[2 * dp + 1], a, bv[2], bv[3]);
       }
     }
-    kv.retire(j);
+    kv.retire(p, j);
   }
   cp_async_wait<0>();
   __syncthreads();  // the stages become the merge scratch

@@ -31,16 +31,6 @@
 
 namespace flashback::cuda::prefill {
 
-// The oracle's rule (reference::visible_keys) for query i of an entry.
-__device__ __forceinline__ Range visible(const PrefillParams& p, int i, int q_len, int kv_len) {
-  const int pos = kv_len - q_len + i;
-  int lo = 0, hi = kv_len - 1;
-  if (p.causal && pos < hi) hi = pos;
-  if (p.window_left >= 0 && pos - p.window_left > lo) lo = pos - p.window_left;
-  if (p.window_right >= 0 && pos + p.window_right < hi) hi = pos + p.window_right;
-  return {lo, hi};
-}
-
 template <typename T>
 __device__ __forceinline__ uint32_t pack2(float a, float b) {
   T x[2] = {from_float<T>(a), from_float<T>(b)};
@@ -105,8 +95,8 @@ struct PrefillKernel {
     // The block's key range: the union of its rows' ranges, contiguous because both ends are
     // non-decreasing in the query index. Tiles outside it are never loaded.
     const int last_row = min(row0 + BM, e.q_len) - 1;
-    const int lo = visible(p, row0, e.q_len, e.kv_len).lo;
-    const int hi = visible(p, last_row, e.q_len, e.kv_len).hi;
+    const int lo = visible_keys(p, row0, e.q_len, e.kv_len).lo;
+    const int hi = visible_keys(p, last_row, e.q_len, e.kv_len).hi;
     const int end = hi + 1;
     const int ntiles = hi >= lo ? (hi - lo + N) / N : 0;
 
@@ -116,8 +106,8 @@ struct PrefillKernel {
     const bool warp_live = wfirst < e.q_len;
     Range wr_first{1, 0}, wr_last{1, 0};
     if (warp_live) {
-      wr_first = visible(p, wfirst, e.q_len, e.kv_len);
-      wr_last = visible(p, wlast, e.q_len, e.kv_len);
+      wr_first = visible_keys(p, wfirst, e.q_len, e.kv_len);
+      wr_last = visible_keys(p, wlast, e.q_len, e.kv_len);
     }
     const bool warp_full = wfirst + WR - 1 < e.q_len;  // all rows are real queries
 
@@ -134,18 +124,17 @@ struct PrefillKernel {
       }
     }
     // K/V tiles (cuda/common/paged.cuh): thread `key` < N reads one key's table entry a tile
-    // ahead and publishes its byte offsets to the stage's slot of sLoc for the copy loop.
+    // ahead and publishes its byte offsets to the stage's slot of sLoc for the copy loop. The
+    // same protocol as KvPipeline, spelled out here: the pipeline object costs this kernel
+    // (already at 255 registers) 12-44 more bytes of spills (ptxas, sm_90a).
     const unsigned char* kbase = static_cast<const unsigned char*>(p.k) + g * p.k_sh * EB;
     const unsigned char* vbase = static_cast<const unsigned char*>(p.v) + g * p.v_sh * EB;
     PageWalk walk;
     if (p.cu_k) {
       walk.krow0 = e.krow0;
     } else {
-      walk.row = p.table + static_cast<int64_t>(e.trow) * p.table_s0;
-      walk.s1 = p.table_s1;
-      walk.start = e.start;
-      walk.slots = p.table_holds_slots;
-      walk.set_page_size(p.page_size);
+      walk.paged(p.table + static_cast<int64_t>(e.trow) * p.table_s0, p.table_s1, e.start,
+                 p.table_holds_slots, p.page_size);
     }
     const int tid = threadIdx.x;
     auto key_of = [&](int tile) { return lo + tile * N + tid; };
@@ -261,7 +250,7 @@ struct PrefillKernel {
 #pragma unroll
         for (int ri = 0; ri < 2 * MT; ++ri) {
           const int r = wfirst + (ri >> 1) * 16 + (lane >> 2) + 8 * (ri & 1);
-          rr[ri] = r < e.q_len ? visible(p, r, e.q_len, e.kv_len) : Range{1, 0};
+          rr[ri] = r < e.q_len ? visible_keys(p, r, e.q_len, e.kv_len) : Range{1, 0};
         }
         online_softmax<MT, N, DV, true, CAP>(s, m_run, l_run, acc, rr, t0, lane, lm);
       }

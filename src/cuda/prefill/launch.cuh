@@ -5,7 +5,7 @@
 
 #include <cuda_runtime.h>
 
-#include "cuda/common/check.cuh"
+#include "cuda/common/launch.cuh"
 #include "cuda/prefill/kernel.cuh"
 
 namespace flashback::cuda::prefill {
@@ -13,16 +13,8 @@ namespace flashback::cuda::prefill {
 template <int D, int DV, typename T, KvKind KV, Cap CAP>
 void launch_one(const PrefillParams& p, cudaStream_t stream) {
   using Cfg = PrefillConfig<D, DV, KV != KvKind::kSame>;
-  auto kernel = prefill_kernel<Cfg, T, KV, CAP>;
-  // Per function and device; cheap, and not a stream operation (legal during graph capture).
-  FLASHBACK_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES));
-  // Two CTAs per SM need the full shared-memory carveout.
-  FLASHBACK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                            cudaSharedmemCarveoutMaxShared));
-  const dim3 grid(p.m_blocks, p.heads_q, p.batch);
-  kernel<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(p);
-  FLASHBACK_CUDA_CHECK_LAUNCH("prefill_kernel");
+  launch_with_smem(prefill_kernel<Cfg, T, KV, CAP>, dim3(p.m_blocks, p.heads_q, p.batch),
+                   Cfg::THREADS, Cfg::SMEM_BYTES, stream, p, "prefill_kernel");
 }
 
 template <int D, int DV, typename T, Cap CAP>

@@ -7,14 +7,14 @@
 
 #include <cmath>
 
+#include "cuda/common/visible.cuh"
+
 namespace flashback::cuda::prefill {
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-struct Range {
-  int lo, hi;  // inclusive; empty when hi < lo
-};
+using Range = KeyRange;  // cuda/common/visible.cuh
 
 // 2^x. The libdevice exp2f adds a denormal range fix-up (a compare and two multiplies) around
 // MUFU.EX2; the probabilities it feeds are rounded to 16 bits for P V, so flushing results
