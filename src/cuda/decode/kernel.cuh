@@ -1,6 +1,10 @@
 // Paged attention for short queries (1..16 per entry: decode, draft decode, verify, the decode
 // rows of MIXED), split-KV (flash-decoding).
 //
+// This shape (warps split the output columns) serves 64-row blocks (large GQA groups x verify
+// tokens) and MLA's 512-wide output; blocks of <= 16 rows with v heads <= 256 use
+// warp_keys.cuh, where the warps split the keys instead (launch.cuh picks).
+//
 // One CTA = (split, KV head g, row block, batch entry). Its rows are the (query, head-in-group)
 // pairs of one KV head, so each K/V byte is read once for the whole GQA group and all verify
 // tokens. Per tile of N keys (cp.async, multi-stage):
