@@ -196,26 +196,31 @@ Engine::Batch Engine::build(const Pass& p) {
   return b;
 }
 
+template <typename Backend>
+void Engine::capture(Backend& slot, int32_t bs, ForwardMode mode, const SpecInfo& spec) {
+  slot.init_cuda_graph_state(bs, static_cast<int32_t>(r2t_.max_context_len()));
+  Tensor rows(DType::kI64, {bs}), seq(DType::kI32, {bs}), enc(DType::kI32, {bs});
+  rows.zero();
+  enc.zero();
+  for (int32_t i = 0; i < bs; ++i) seq.ptr<int32_t>()[i] = 1;
+  ForwardBatch fb;
+  fb.forward_mode = mode;
+  fb.batch_size = bs;
+  fb.spec = spec;
+  fb.req_to_token = r2t_.table();
+  fb.req_pool_indices = rows;
+  fb.seq_lens = seq;
+  if (model_.encoder) fb.encoder_lens = enc;
+  slot.init_forward_metadata_capture_cuda_graph(fb);
+}
+
 AttentionBackend& Engine::graph_backend(const Pass& p, int32_t bs) {
   const int64_t key = int64_t{p.mode == ForwardMode::kTargetVerify} * 1000 + bs;
   auto& slot = graphs_[key];
   if (!slot) {
     // Captured once per (mode, batch size) and replayed from then on, like a graph runner.
     slot = std::make_unique<AttentionBackend>(backend_config());
-    slot->init_cuda_graph_state(bs, static_cast<int32_t>(r2t_.max_context_len()));
-    Tensor rows(DType::kI64, {bs}), seq(DType::kI32, {bs}), enc(DType::kI32, {bs});
-    rows.zero();
-    enc.zero();
-    for (int32_t i = 0; i < bs; ++i) seq.ptr<int32_t>()[i] = 1;
-    ForwardBatch fb;
-    fb.forward_mode = p.mode;
-    fb.batch_size = bs;
-    fb.spec = p.spec;
-    fb.req_to_token = r2t_.table();
-    fb.req_pool_indices = rows;
-    fb.seq_lens = seq;
-    if (model_.encoder) fb.encoder_lens = enc;
-    slot->init_forward_metadata_capture_cuda_graph(fb);
+    capture(*slot, bs, p.mode, p.spec);
   }
   return *slot;
 }
@@ -224,20 +229,9 @@ MultiStepDraftBackend& Engine::draft_graph(int32_t bs) {
   auto& slot = draft_graphs_[bs];
   if (!slot) {
     slot = std::make_unique<MultiStepDraftBackend>(backend_config(), kDraftSteps);
-    slot->init_cuda_graph_state(bs, static_cast<int32_t>(r2t_.max_context_len()));
-    Tensor rows(DType::kI64, {bs}), seq(DType::kI32, {bs}), enc(DType::kI32, {bs});
-    rows.zero();
-    enc.zero();
-    for (int32_t i = 0; i < bs; ++i) seq.ptr<int32_t>()[i] = 1;
-    ForwardBatch fb;
-    fb.forward_mode = ForwardMode::kDecode;
-    fb.batch_size = bs;
-    fb.spec.draft_step = 0;
-    fb.req_to_token = r2t_.table();
-    fb.req_pool_indices = rows;
-    fb.seq_lens = seq;
-    if (model_.encoder) fb.encoder_lens = enc;
-    slot->init_forward_metadata_capture_cuda_graph(fb);
+    SpecInfo spec;
+    spec.draft_step = 0;
+    capture(*slot, bs, ForwardMode::kDecode, spec);
   }
   return *slot;
 }

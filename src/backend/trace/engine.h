@@ -103,6 +103,10 @@ class Engine {
              const Tensor& out, const TensorView& lse);
   AttentionBackend& graph_backend(const Pass& p, int32_t bs);
   MultiStepDraftBackend& draft_graph(int32_t bs);
+  // Sizes `slot` for CUDA graphs of bs rows and captures its metadata with a dummy batch of
+  // one-token rows (a graph runner captures before any request exists).
+  template <typename Backend>
+  void capture(Backend& slot, int32_t bs, ForwardMode mode, const SpecInfo& spec);
   BackendConfig backend_config() const;
   std::vector<Request*> pick(std::vector<Request*> from, int max_n);
 
