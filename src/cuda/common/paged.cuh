@@ -4,9 +4,10 @@
 // first kernels walked the page table for every chunk: a dependent table read plus a runtime
 // division by the page size per 16 bytes made them issue-bound at ~0.9 TB/s (ncu on the H200:
 // ~120 instructions per chunk, 0.37 issued warps per scheduler). Here one thread per key reads
-// the table once, a tile ahead, and publishes {page, offset} to shared memory; the copy loop
-// then costs one shared load and two multiply-adds per chunk. Power-of-two page sizes (all the
-// common ones) use shifts; others divide, once per key.
+// the table once, a tile ahead, and publishes the key's K and V byte offsets to shared memory;
+// the copy loop then costs a shared load, a 64-bit add and the copy per chunk (~12-20 SASS
+// instructions). Power-of-two page sizes (all the common ones) use shifts; others divide, once
+// per key.
 #pragma once
 
 #include <cuda_runtime.h>
