@@ -7,7 +7,7 @@
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-run}
-TESTS="cuda_test_decode cuda_test_batch_graph cuda_test_merge_store cuda_test_device_plan cuda_test_prefill cuda_test_backend_cuda"
+TESTS="cuda_test_wgmma cuda_test_decode cuda_test_batch_graph cuda_test_merge_store cuda_test_device_plan cuda_test_prefill cuda_test_backend_cuda"
 if [[ $mode == stage ]]; then
   B=$2 S=build/gpustage
   rm -rf $S && mkdir -p $S/lib build/gpupkg
@@ -38,8 +38,12 @@ step() {  # name, timeout, command...
   echo "${summary[-1]}"; grep -E '^\[  FAILED  \]' $LOGS/$name.log | head -12
 }
 for t in $TESTS; do step $t 50 $BIN/$t; done
+# The sm80 (mma.sync) prefill kernel on the same cases, which the Hopper path otherwise takes.
+step cuda_test_prefill_mma 50 env FLASHBACK_PREFILL_KERNEL=mma $BIN/cuda_test_prefill
 step memcheck_decode 45 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda_test_decode \
   --gtest_filter='CudaDecode.Splits:CudaDecode.TableRowsAndKvStart'
+step memcheck_prefill 60 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda_test_prefill \
+  --gtest_filter='CudaPrefill.Variants:CudaRagged.MlaChunkedPrefixShapes'
 step memcheck_backend 45 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda_test_backend_cuda
 if [[ -n ${NCU:-} ]]; then  # one launch of each hot kernel under Nsight Compute (clocks untouched)
   for w in ${NCU_WORKLOADS:-decode_b64_L8k prefill_8x2k}; do
@@ -56,6 +60,11 @@ if [[ -n ${NCU:-} ]]; then  # one launch of each hot kernel under Nsight Compute
 fi
 step bench 170 python3 $BIN/compare.py run --bin $BIN/flashback --peers-py $BIN/peers.py \
   --outdir $OUT/bench --name h200
+# Long-query kernels: the Hopper path (default on the H200) against the mma.sync one.
+step bench_prefill_mma 60 env FLASHBACK_PREFILL_KERNEL=mma $BIN/flashback bench --device cuda \
+  --workloads $BIN/workloads.json --only prefill_1x16k,prefill_8x2k,extend_b16_p4k_e512,mla_prefix_chunk_8x4k \
+  --json $OUT/bench/prefill_mma.json
+tail -6 $LOGS/bench_prefill_mma.log
 # The deterministic mode's cost (fixed 1024-key splits) on the workloads it matters most for.
 step bench_deterministic 60 $BIN/flashback bench --device cuda --workloads $BIN/workloads.json \
   --deterministic --only decode_b64_L8k,decode_b1_L128k,verify_b64_q4_L4k --json $OUT/bench/deterministic.json

@@ -56,6 +56,10 @@ include(${_fb_cuda_src}/prefill/prefill.cmake)
 set_target_properties(flashback PROPERTIES CUDA_ARCHITECTURES "${FLASHBACK_CUDA_ARCHS}"
   CUDA_STANDARD 20)
 target_compile_definitions(flashback PRIVATE FLASHBACK_WITH_CUDA)
+# The Hopper (wgmma) kernels run only from sm_90a code; the host asks for them only then.
+if("90a" IN_LIST FLASHBACK_CUDA_ARCHS)
+  target_compile_definitions(flashback PRIVATE FLASHBACK_SM90A)
+endif()
 target_compile_options(flashback PRIVATE
   $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -lineinfo -Xptxas=-warn-spills>)
 target_link_libraries(flashback PUBLIC CUDA::cudart)

@@ -10,3 +10,10 @@ flashback_add_test(cpu_test_prefill_emu cpu ${CMAKE_CURRENT_SOURCE_DIR}/test_pre
 target_include_directories(cpu_test_prefill_emu BEFORE PRIVATE
   ${CMAKE_CURRENT_SOURCE_DIR}/prefill_emu)
 target_compile_options(cpu_test_prefill_emu PRIVATE -O2)
+
+# The Hopper MMA primitives (src/cuda/common/wgmma.cuh) on their own, against a CPU product.
+flashback_add_test(cuda_test_wgmma gpu ${CMAKE_CURRENT_SOURCE_DIR}/test_wgmma.cu)
+set_target_properties(cuda_test_wgmma PROPERTIES CUDA_ARCHITECTURES "${FLASHBACK_CUDA_ARCHS}"
+  CUDA_STANDARD 20)
+target_link_libraries(cuda_test_wgmma PRIVATE CUDA::cudart)
+target_compile_options(cuda_test_wgmma PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>)

@@ -43,6 +43,56 @@ struct Entry {
   float kd, vd;
 };
 
+// Entry b's facts for KV head g (both long-query kernels).
+__device__ __forceinline__ Entry load_entry(const PrefillParams& p, int b, int g) {
+  Entry e;
+  e.q0 = p.cu_q[b * p.cu_q_s];
+  e.q_len = p.cu_q[(b + 1) * p.cu_q_s] - e.q0;
+  if (p.cu_k) {
+    e.krow0 = p.cu_k[b * p.cu_k_s];
+    e.kv_len = p.cu_k[(b + 1) * p.cu_k_s] - e.krow0;
+    e.start = 0;
+    e.trow = 0;
+  } else {
+    e.krow0 = 0;
+    e.kv_len = p.seqlens[b * p.seqlens_s];
+    e.start = p.kv_start ? p.kv_start[b * p.kv_start_s] : 0;
+    e.trow = p.table_rows ? p.table_rows[b * p.table_rows_s] : b;
+  }
+  e.kd = p.k_descale ? p.k_descale[b * p.kd_s0 + g * p.kd_s1] : 1.f;
+  e.vd = p.v_descale ? p.v_descale[b * p.vd_s0 + g * p.vd_s1] : 1.f;
+  return e;
+}
+
+// Epilogue of a warp whose m-tiles start at entry-relative query row `first`: normalise (with
+// the value descale) and write O and LSE; empty rows give zeros and LSE -inf. l_run holds
+// per-thread partial sums (a row lives in a quad of lanes), reduced here.
+template <typename T, int MT, int DV>
+__device__ __forceinline__ void store_rows(const PrefillParams& p, const Entry& e, int h, int first,
+                                           float (&acc)[MT][DV / 8][4],
+                                           const float (&m_run)[2 * MT], float (&l_run)[2 * MT],
+                                           int lane) {
+#pragma unroll
+  for (int ri = 0; ri < 2 * MT; ++ri) {
+    const int mt = ri >> 1, i = ri & 1;
+    l_run[ri] += __shfl_xor_sync(0xffffffffu, l_run[ri], 1);
+    l_run[ri] += __shfl_xor_sync(0xffffffffu, l_run[ri], 2);
+    const int r = first + mt * 16 + (lane >> 2) + 8 * i;
+    if (r >= e.q_len) continue;
+    const int64_t tok = e.q0 + r;
+    const float inv = l_run[ri] > 0.f ? e.vd / l_run[ri] : 0.f;
+    T* o = static_cast<T*>(p.out) + tok * p.out_st + static_cast<int64_t>(h) * p.out_sh +
+           2 * (lane & 3);
+#pragma unroll
+    for (int u = 0; u < DV / 8; ++u)
+      *reinterpret_cast<uint32_t*>(o + u * 8) =
+          pack2<T>(acc[mt][u][2 * i] * inv, acc[mt][u][2 * i + 1] * inv);
+    if (p.lse && (lane & 3) == 0)
+      p.lse[tok * p.lse_st + static_cast<int64_t>(h) * p.lse_sh] =
+          l_run[ri] > 0.f ? (m_run[ri] + log2f(l_run[ri])) * kLn2 : -INFINITY;
+  }
+}
+
 // CAP: the logit softcap is on. A template parameter (chosen at launch) so the common path
 // carries no tanh and no per-element branch: with it as a runtime test, ptxas laid out each
 // element's tanh and IEEE division (32 calls to the slow division path per tile) in the loop.
@@ -281,27 +331,7 @@ struct PrefillKernel {
       finish();
     }
     cp_async_wait<0>();
-
-    // Epilogue: normalise (with the value descale) and write; empty rows give zeros, LSE -inf.
-#pragma unroll
-    for (int ri = 0; ri < 2 * MT; ++ri) {
-      const int mt = ri >> 1, i = ri & 1;
-      l_run[ri] += __shfl_xor_sync(0xffffffffu, l_run[ri], 1);
-      l_run[ri] += __shfl_xor_sync(0xffffffffu, l_run[ri], 2);
-      const int r = wfirst + mt * 16 + (lane >> 2) + 8 * i;
-      if (r >= e.q_len) continue;
-      const int64_t tok = e.q0 + r;
-      const float inv = l_run[ri] > 0.f ? e.vd / l_run[ri] : 0.f;
-      T* o = static_cast<T*>(p.out) + tok * p.out_st + static_cast<int64_t>(h) * p.out_sh +
-             2 * (lane & 3);
-#pragma unroll
-      for (int u = 0; u < DV / 8; ++u)
-        *reinterpret_cast<uint32_t*>(o + u * 8) =
-            pack2<T>(acc[mt][u][2 * i] * inv, acc[mt][u][2 * i + 1] * inv);
-      if (p.lse && (lane & 3) == 0)
-        p.lse[tok * p.lse_st + static_cast<int64_t>(h) * p.lse_sh] =
-            l_run[ri] > 0.f ? (m_run[ri] + log2f(l_run[ri])) * kLn2 : -INFINITY;
-    }
+    store_rows<T, MT, DV>(p, e, h, wfirst, acc, m_run, l_run, lane);
   }
 };
 
@@ -314,23 +344,7 @@ template <typename Cfg, typename T, KvKind KV, Cap CAP = kCapAny>
 __global__ void __launch_bounds__(Cfg::THREADS) prefill_kernel(const PrefillParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
   const int h = blockIdx.y, b = blockIdx.z;
-  Entry e;
-  e.q0 = p.cu_q[b * p.cu_q_s];
-  e.q_len = p.cu_q[(b + 1) * p.cu_q_s] - e.q0;
-  if (p.cu_k) {
-    e.krow0 = p.cu_k[b * p.cu_k_s];
-    e.kv_len = p.cu_k[(b + 1) * p.cu_k_s] - e.krow0;
-    e.start = 0;
-    e.trow = 0;
-  } else {
-    e.krow0 = 0;
-    e.kv_len = p.seqlens[b * p.seqlens_s];
-    e.start = p.kv_start ? p.kv_start[b * p.kv_start_s] : 0;
-    e.trow = p.table_rows ? p.table_rows[b * p.table_rows_s] : b;
-  }
-  const int g = h / p.group;
-  e.kd = p.k_descale ? p.k_descale[b * p.kd_s0 + g * p.kd_s1] : 1.f;
-  e.vd = p.v_descale ? p.v_descale[b * p.vd_s0 + g * p.vd_s1] : 1.f;
+  const Entry e = load_entry(p, b, h / p.group);
   // Heaviest (last, under causal masking) query blocks first, so the grid's tail is short ones.
   for (int mb = gridDim.x - 1 - blockIdx.x; mb * Cfg::BM < e.q_len; mb += gridDim.x) {
     if (CAP == kCapOn || (CAP == kCapAny && p.softcap > 0.f))

@@ -3,6 +3,7 @@
 // grid and calls the generated instance for (head dims, q dtype).
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -16,7 +17,7 @@
 #define FLASHBACK_PREFILL_INSTANCE(D, DV, TN)                      \
   namespace flashback::cuda::prefill {                             \
   void run_##D##_##DV##_##TN(const PrefillParams&, KvKind, void*); \
-  int rows_##D##_##DV##_##TN();                                    \
+  int rows_##D##_##DV##_##TN(KvKind);                              \
   }
 #include "flashback_prefill_instances.inc"
 #undef FLASHBACK_PREFILL_INSTANCE
@@ -30,7 +31,7 @@ struct Instance {
   int d, dv;
   bool bf16;
   void (*run)(const PrefillParams&, KvKind, void*);
-  int (*rows)();
+  int (*rows)(KvKind);
 };
 
 // ...and the table.
@@ -76,6 +77,23 @@ void check_grid(int64_t batch, int64_t heads_q) {
 
 }  // namespace
 
+bool wgmma_available() {
+#ifdef FLASHBACK_SM90A
+  static const bool forced_mma = [] {
+    const char* v = std::getenv("FLASHBACK_PREFILL_KERNEL");
+    return v != nullptr && std::string(v) == "mma";
+  }();
+  if (forced_mma) return false;
+  int dev = 0, major = 0, minor = 0;
+  FLASHBACK_CUDA_CHECK(cudaGetDevice(&dev));
+  FLASHBACK_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  FLASHBACK_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  return major == 9 && minor == 0;  // sm_90a code runs on compute capability 9.0 only
+#else
+  return false;
+#endif
+}
+
 std::string built_instances() {
   std::string out;
   for (const Instance& in : instances())
@@ -110,7 +128,7 @@ void paged_attention(const PagedAttentionParams& p, const detail::PagedShape& s,
   check_grid(s.batch, s.heads_q);
   if (s.batch == 0 || s.total_q == 0) return;
 
-  in.run(paged_params(p, s, in.rows()), kv, exec.stream);
+  in.run(paged_params(p, s, in.rows(kv)), kv, exec.stream);
 }
 
 void ragged_attention(const RaggedAttentionParams& p, const detail::RaggedShape& s,
@@ -123,7 +141,7 @@ void ragged_attention(const RaggedAttentionParams& p, const detail::RaggedShape&
   check_grid(s.batch, s.heads_q);
   if (s.batch == 0 || s.total_q == 0) return;
 
-  in.run(ragged_params(p, s, in.rows()), KvKind::kSame, exec.stream);
+  in.run(ragged_params(p, s, in.rows(KvKind::kSame)), KvKind::kSame, exec.stream);
 }
 
 }  // namespace flashback::cuda::prefill

@@ -7,6 +7,7 @@
 
 #include "cuda/common/launch.cuh"
 #include "cuda/prefill/kernel.cuh"
+#include "cuda/prefill/wgmma_kernel.cuh"
 
 namespace flashback::cuda::prefill {
 
@@ -29,19 +30,44 @@ void launch_kv(const PrefillParams& p, KvKind kv, cudaStream_t stream) {
   }
 }
 
+/// True when this library holds sm_90a code and the current device runs it (compute capability
+/// 9.0), unless the environment sets FLASHBACK_PREFILL_KERNEL=mma (launch.cu).
+bool wgmma_available();
+
+// The Hopper kernel (wgmma_kernel.cuh) takes the shapes it is built for with 16-bit caches.
+template <int D, int DV>
+bool uses_wgmma(KvKind kv) {
+  return WgmmaConfig<D, DV>::kBuilt && kv == KvKind::kSame && wgmma_available();
+}
+
+template <int D, int DV, typename T>
+void launch_wgmma(const PrefillParams& p, cudaStream_t stream) {
+  using Cfg = WgmmaConfig<D, DV>;
+  const dim3 grid(p.m_blocks, p.heads_q, p.batch);
+  if (p.softcap > 0.f)
+    launch_with_smem(prefill_wgmma_kernel<Cfg, T, true>, grid, Cfg::THREADS, Cfg::SMEM_BYTES,
+                     stream, p, "prefill_wgmma_kernel");
+  else
+    launch_with_smem(prefill_wgmma_kernel<Cfg, T, false>, grid, Cfg::THREADS, Cfg::SMEM_BYTES,
+                     stream, p, "prefill_wgmma_kernel");
+}
+
 // Softcap is a kernel variant (kernel.cuh says why).
 template <int D, int DV, typename T>
 void launch(const PrefillParams& p, KvKind kv, cudaStream_t stream) {
+  if constexpr (WgmmaConfig<D, DV>::kBuilt) {
+    if (uses_wgmma<D, DV>(kv)) return launch_wgmma<D, DV, T>(p, stream);
+  }
   if (p.softcap > 0.f)
     launch_kv<D, DV, T, kCapOn>(p, kv, stream);
   else
     launch_kv<D, DV, T, kCapOff>(p, kv, stream);
 }
 
-// Rows per CTA of an instance (the host sizes the grid with it).
+// Rows per CTA of the kernel `launch` picks (the host sizes the grid with it).
 template <int D, int DV>
-constexpr int block_rows() {
-  return PrefillConfig<D, DV, false>::BM;
+int block_rows(KvKind kv) {
+  return uses_wgmma<D, DV>(kv) ? WgmmaConfig<D, DV>::BM : PrefillConfig<D, DV, false>::BM;
 }
 
 }  // namespace flashback::cuda::prefill
@@ -51,5 +77,5 @@ constexpr int block_rows() {
   void run_##D##_##DV##_##TN(const PrefillParams& p, KvKind kv, void* stream) { \
     launch<D, DV, TN>(p, kv, static_cast<cudaStream_t>(stream));                \
   }                                                                             \
-  int rows_##D##_##DV##_##TN() { return block_rows<D, DV>(); }                  \
+  int rows_##D##_##DV##_##TN(KvKind kv) { return block_rows<D, DV>(kv); }       \
   }

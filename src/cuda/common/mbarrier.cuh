@@ -1,0 +1,67 @@
+// Shared-memory barriers (mbarrier, sm_90) for producer/consumer pipelines inside a CTA, the
+// Hopper register hand-over between warpgroups (setmaxnreg, sm_90a), and the proxy fence that
+// lets the tensor cores' async proxy read what ordinary or cp.async stores wrote.
+//
+// Phases: a barrier completes a phase when its expected count of arrivals has come; waiters
+// name the phase by its parity. A producer waiting for a fresh "slot free" barrier starts on
+// parity 1, which counts as already complete, so the first pass does not block.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/common/mma.cuh"
+
+namespace flashback::cuda {
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("{\n .reg .b64 state;\n mbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(
+                   smem_addr(bar))
+               : "memory");
+}
+/// Arrives on `bar` once every cp.async this thread issued so far has landed. The arrival
+/// counts towards the barrier's expected count (.noinc), so init it with the copying threads.
+__device__ __forceinline__ void mbar_arrive_on_copies(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar))
+               : "memory");
+}
+__device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      " selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(smem_addr(bar)), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  while (!mbar_try_wait(bar, parity)) {
+  }
+}
+
+/// Orders this thread's view of shared memory (written through the generic proxy: st.shared,
+/// cp.async) before its following async-proxy reads (wgmma operands).
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+/// Register hand-over between warpgroups (sm_90a; needs a register cap at kernel entry, i.e.
+/// __launch_bounds__(threads, 1)). Each warpgroup's role must be one branch of an if/else.
+template <int REGS>
+__device__ __forceinline__ void regs_shrink() {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGS));
+#endif
+}
+template <int REGS>
+__device__ __forceinline__ void regs_grow() {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGS));
+#endif
+}
+
+}  // namespace flashback::cuda

@@ -1,0 +1,149 @@
+// Hopper warpgroup MMA (wgmma, sm_90a) and the shared-memory descriptors it reads, for the
+// tensor-core kernels that have a Hopper path. Every instruction here exists only on sm_90a: the
+// wrappers compile to nothing elsewhere, and callers guard their kernels with FLASHBACK_WGMMA.
+//
+// Layout used throughout ("128-byte swizzle", PTX ISA 9.7.15.5.1.2): a tile of 16-bit elements
+// is stored as blocks of 64 columns; a block holds its rows at a 128-byte pitch, and the 16-byte
+// chunk c of row r sits at chunk c ^ (r % 8). Blocks start on 1024-byte boundaries. The same
+// bytes serve as a K-major operand (rows = M or N, columns = K: Q and K for S = Q K^T) and as an
+// MN-major one (rows = K, columns = N: V for O = P V), so one loader fills both.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/common/mma.cuh"
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FLASHBACK_WGMMA 1
+#endif
+
+namespace flashback::cuda {
+
+/// Byte offset of 16-byte chunk `chunk` of row `row` in a swizzled tile of `rows` rows.
+__device__ __forceinline__ int sw128_offset(int row, int chunk, int rows) {
+  return (chunk >> 3) * rows * 128 + row * 128 + (((chunk & 7) ^ (row & 7)) << 4);
+}
+
+/// A shared-memory matrix descriptor with 128-byte swizzle. K-major operands: `lbo` unused (16),
+/// `sbo` = 1024 (the next 8 rows). MN-major operands: `lbo` = the next 64-column block, `sbo` =
+/// 1024 (the next 8 rows of K).
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t smem_byte_addr, uint32_t lbo,
+                                               uint32_t sbo) {
+  return static_cast<uint64_t>((smem_byte_addr & 0x3FFFF) >> 4) |
+         (static_cast<uint64_t>((lbo & 0x3FFFF) >> 4) << 16) |
+         (static_cast<uint64_t>((sbo & 0x3FFFF) >> 4) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+#ifdef FLASHBACK_WGMMA
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_commit() {
+#ifdef FLASHBACK_WGMMA
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+#ifdef FLASHBACK_WGMMA
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+/// Pins registers an in-flight wgmma reads or writes: the compiler sees them used here, so it
+/// neither moves their uses across the wait nor reuses them while the MMA runs.
+template <int U>
+__device__ __forceinline__ void reg_fence(float (&r)[U][4]) {
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+#pragma unroll
+    for (int x = 0; x < 4; ++x) asm volatile("" : "+f"(r[u][x])::"memory");
+}
+template <int U>
+__device__ __forceinline__ void reg_fence(uint32_t (&r)[U][4]) {
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+#pragma unroll
+    for (int x = 0; x < 4; ++x) asm volatile("" : "+r"(r[u][x])::"memory");
+}
+
+// The 64 fp32 accumulators of an m64n128 tile, as 16 n8 blocks of 4 (the mma.sync C layout per
+// warp: rows lane / 4 and lane / 4 + 8 of the warp's 16, columns 2 (lane % 4) + {0, 1}).
+#define FLASHBACK_WG_D128                                                            \
+  "{"                                                                                \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "           \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"   \
+  "}"
+#define FLASHBACK_WG_ACC128                                                                       \
+  "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),       \
+      "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),   \
+      "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),   \
+      "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),   \
+      "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),   \
+      "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),   \
+      "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), \
+      "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]),             \
+      "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),             \
+      "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]),             \
+      "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]),             \
+      "+f"(d[15][2]), "+f"(d[15][3])
+
+/// d (+)= A B for a 64 x 128 x 16 step, A (K-major) and B (K-major) from shared memory.
+/// accumulate = false overwrites d.
+template <typename T>
+__device__ __forceinline__ void wgmma_ss_n128(float (&d)[16][4], uint64_t a, uint64_t b,
+                                              bool accumulate) {
+#ifdef FLASHBACK_WGMMA
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
+        " wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " FLASHBACK_WG_D128
+        ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : FLASHBACK_WG_ACC128
+        : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
+  } else {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
+        " wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " FLASHBACK_WG_D128
+        ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : FLASHBACK_WG_ACC128
+        : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
+  }
+#endif
+}
+
+/// d += A B for a 64 x 128 x 16 step, A from registers (the mma.sync m16n8k16 A fragment of the
+/// warp's 16 rows) and B MN-major from shared memory.
+template <typename T>
+__device__ __forceinline__ void wgmma_rs_n128(float (&d)[16][4], const uint32_t (&a)[4],
+                                              uint64_t b) {
+#ifdef FLASHBACK_WGMMA
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %69, 0;\n"
+        " wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " FLASHBACK_WG_D128
+        ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+        : FLASHBACK_WG_ACC128
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+  } else {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %69, 0;\n"
+        " wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " FLASHBACK_WG_D128
+        ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+        : FLASHBACK_WG_ACC128
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+  }
+#endif
+}
+
+#undef FLASHBACK_WG_D128
+#undef FLASHBACK_WG_ACC128
+
+}  // namespace flashback::cuda
