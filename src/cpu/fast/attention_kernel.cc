@@ -124,6 +124,9 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
   const bool wide_pairs = wide && bf16_pairs && !mla && a.head_dim % 2 == 0;
   const bool pairs = (direct && bf16_pairs && a.head_dim % (2 * N) == 0) || wide_pairs;
   const bool in_place = direct || wide_pairs;  // else K/V rows are converted to fp32 tiles
+  // Decode over bf16 pairs with whole groups of 4 rows: a tile's scores for all the task's KV
+  // heads in one pass in address order (scores_tile_pairs), then softmax and P·V head by head.
+  const bool tile_scores = direct && pairs && head_rows % 4 == 0;
   if (pairs && direct)
     for (int64_t r = 0; r < rows; ++r) permute_pairs(sc.q.data() + r * qs, a.head_dim, true);
   const int64_t rp = (head_rows + N - 1) / N * N;
@@ -142,6 +145,20 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
     for (int64_t r = 0; r < head_rows; ++r) {
       sc.row_lo[r] = static_cast<float>(lo[r / t.nh]);
       sc.row_hi[r] = static_cast<float>(hi[r / t.nh]);
+    }
+  }
+  // tile_scores: scores of all the task's rows transposed ([key][row], rows padded to ra), the
+  // softmax with rows in lanes (wide_softmax), weights read back by P·V with a key stride.
+  const int64_t ra = (rows + N - 1) / N * N;
+  if (tile_scores) {
+    sc.st.resize(static_cast<size_t>(kTileKeys * ra));
+    sc.wm.resize(static_cast<size_t>(ra));
+    sc.row_lo.assign(static_cast<size_t>(ra), 1.0f);
+    sc.row_hi.assign(static_cast<size_t>(ra), 0.0f);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t ti = (r % head_rows) / t.nh;
+      sc.row_lo[r] = static_cast<float>(lo[ti]);
+      sc.row_hi[r] = static_cast<float>(hi[ti]);
     }
   }
   for (auto* p : {&sc.kp, &sc.vp, &sc.pk, &sc.pv}) p->resize(static_cast<size_t>(t.ng * kTileKeys));
@@ -207,6 +224,24 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
       }
       std::swap(ko, ko_next);
       std::swap(vo, vo_next);
+      if (tile_scores) {
+        const PrefetchHeads pk{{sc.pk.data(), 0}, nn, a.head_dim * esz, t.ng, a.k_head * esz};
+        const PrefetchHeads pv{{vp + j0, 0}, j1 - j0, a.head_dim_v * esz, t.ng, a.v_head * esz};
+        scores_tile_pairs(sc.q.data(), qs, head_rows, t.ng, Rows{kp, 0}, a.k_head * esz, qk_len, j0,
+                          j1, sc.st.data(), 1, ra, pk, pv);
+        // m, l of padding rows stay -inf, 0 (they see no key); pm, pl hold kMaxRows ≥ ra.
+        float* alpha = sc.wm.data();
+        wide_softmax(sc.st.data(), ra, j0, j1, ts, sc.row_lo.data(), sc.row_hi.data(), a.softcap,
+                     pm, pl, alpha);
+        for (int64_t r = 0; r < rows; ++r)
+          if (alpha[r] != 1.0f) scale_row(po + r * dvp, dvp, alpha[r]);
+        for (int64_t gi = 0; gi < t.ng; ++gi) {
+          const int64_t r0 = gi * head_rows;
+          accumulate<Bf16Pairs>(sc.st.data() + r0, 1, ra, head_rows, Rows{vp, gi * a.v_head * esz},
+                                j0, j1, po + r0 * dvp, dvp, a.head_dim_v);
+        }
+        continue;
+      }
       for (int64_t gi = 0; gi < t.ng; ++gi) {
         const int64_t k_off = gi * a.k_head * esz, v_off = gi * a.v_head * esz;
         const Prefetch pf{

@@ -68,6 +68,74 @@ HWY_INLINE void dot_block(const float* q, int64_t qs, Rows k, int64_t len, float
   store_sums<R, K>(acc, s, ss);
 }
 
+// S = q · k for 4 rows × C (q rows, key row) pairs, bf16 pairs: pair c scores rows q[c] + i · qs
+// (i < 4) against the key row k[c] into s[c] + i · ss. Each accumulator sees the MulAdd sequence
+// of dot_block<4, K, Bf16Pairs> and the same lane sums, so a score has the same bits whichever
+// pairs share a block.
+template <int C>
+HWY_INLINE void dot_block_pairs(const float* const* q, int64_t qs, const void* const* k,
+                                int64_t len, float* const* s, int64_t ss) {
+  const DF df;
+  const int64_t N = lanes();
+  VF acc[4][C];
+  for (int i = 0; i < 4; ++i)
+    for (int c = 0; c < C; ++c) acc[i][c] = hn::Zero(df);
+  for (int64_t x = 0; x < len; x += 2 * N)
+    for (int c = 0; c < C; ++c) {
+      VF ke, ko;
+      load_pair(k[c], x, ke, ko);
+      for (int i = 0; i < 4; ++i)
+        acc[i][c] = hn::MulAdd(hn::LoadU(df, q[c] + i * qs + x + N), ko,
+                               hn::MulAdd(hn::LoadU(df, q[c] + i * qs + x), ke, acc[i][c]));
+    }
+  float t[4];
+  for (int c = 0; c < C; ++c) {
+    sum4(acc[0][c], acc[1][c], acc[2][c], acc[3][c], t);
+    for (int i = 0; i < 4; ++i) s[c][i * ss] = t[i];
+  }
+}
+
+// Scores of a whole tile for all `heads` KV heads of a task (bf16 pairs, rows per head a
+// multiple of 4), walked key by key and, within a key, head by head: with the heads of a slot
+// adjacent in memory ([pages, P, H, D]) the K rows are read in address order, which the L2
+// stream prefetcher follows (head by head they are 2 KiB apart). Head g's rows are
+// q + g · head_rows · qs, its K row of key j at k[j] + g · k_head_bytes, its scores at
+// s + (g · head_rows + i) · srow + j · skey. Along the way the rows of pk (the next tile's K) and
+// pv (this tile's V, read by P·V next) are prefetched in step.
+inline void scores_tile_pairs(const float* q, int64_t qs, int64_t head_rows, int64_t heads, Rows k,
+                              int64_t k_head_bytes, int64_t len, int64_t j0, int64_t j1, float* s,
+                              int64_t srow, int64_t skey, const PrefetchHeads& pk,
+                              const PrefetchHeads& pv) {
+  const int64_t n = j1 - j0, total = n * heads * (head_rows / 4);
+  // Pair c: key j0 + c / (heads · groups), head (c / groups) % heads, row group c % groups.
+  const int64_t groups = head_rows / 4;
+  auto pair = [&](int64_t c, const float*& qc, const void*& kc, float*& sc) {
+    const int64_t j = j0 + c / (heads * groups), g = (c / groups) % heads, rg = c % groups;
+    const int64_t r = g * head_rows + rg * 4;
+    qc = q + r * qs;
+    kc = static_cast<const char*>(k[j]) + g * k_head_bytes;
+    sc = s + r * srow + j * skey;
+  };
+  auto fetch = [&](int64_t c0, int64_t c1) {
+    pk.rows(c0 * pk.n / total, c1 * pk.n / total);
+    pv.rows(c0 * pv.n / total, c1 * pv.n / total);
+  };
+  int64_t c = 0;
+  const float* qc[3];
+  const void* kc[3];
+  float* sc[3];
+  for (; c + 3 <= total; c += 3) {
+    fetch(c, c + 3);
+    for (int i = 0; i < 3; ++i) pair(c + i, qc[i], kc[i], sc[i]);
+    dot_block_pairs<3>(qc, qs, kc, len, sc, srow);
+  }
+  for (; c < total; ++c) {
+    fetch(c, c + 1);
+    pair(c, qc[0], kc[0], sc[0]);
+    dot_block_pairs<1>(qc, qs, kc, len, sc, srow);
+  }
+}
+
 // Scores of `rows` rows against tile keys [j0, j1) (key j's row at k[j]); the next tile's rows
 // are prefetched along the way, in step with the keys.
 template <class T>

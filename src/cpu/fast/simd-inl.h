@@ -107,8 +107,12 @@ struct Bf16Pairs {};
 HWY_INLINE void load_pair(const void* row, int64_t x, VF& even, VF& odd) {
   const DF df;
   const hn::RebindToUnsigned<DF> du;
-  const auto u =
-      hn::LoadU(du, reinterpret_cast<const uint32_t*>(static_cast<const uint16_t*>(row) + x));
+  auto u = hn::LoadU(du, reinterpret_cast<const uint32_t*>(static_cast<const uint16_t*>(row) + x));
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  // One load for both halves: without this GCC folds the load into the And as well and loads
+  // the row twice (decode ran 3-4 % faster with one load).
+  asm("" : "+v"(u.raw));
+#endif
   even = hn::BitCast(df, hn::ShiftLeft<16>(u));
   odd = hn::BitCast(df, hn::And(u, hn::Set(du, 0xFFFF0000u)));
 }
@@ -199,6 +203,23 @@ struct Prefetch {
       for (int64_t b = 0; b < k_bytes; b += 64) __builtin_prefetch(kr + b, 0, 2);
       for (int64_t b = 0; b < v_bytes; b += 64) __builtin_prefetch(vr + b, 0, 2);
     }
+  }
+};
+
+// Rows of several KV heads: row i of head g at r[i] + g · head_bytes, prefetched in key-then-head
+// order, i.e. in address order when the heads of a slot are adjacent (a [pages, P, H, D] cache).
+// Read without compute, the decode workloads' K/V came at 25.7 GB/s in address order against
+// 22.2 GB/s head by head (2 threads; the sequential read ceiling was ~26).
+struct PrefetchHeads {
+  Rows r;
+  int64_t n = 0, bytes = 0, heads = 1, head_bytes = 0;
+
+  HWY_INLINE void rows(int64_t i0, int64_t i1) const {
+    for (int64_t i = i0; i < std::min(i1, n); ++i)
+      for (int64_t g = 0; g < heads; ++g) {
+        const auto* row = static_cast<const char*>(r[i]) + g * head_bytes;
+        for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(row + b, 0, 3);
+      }
   }
 };
 
