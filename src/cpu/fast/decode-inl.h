@@ -106,34 +106,40 @@ inline void scores_tile_pairs(const float* q, int64_t qs, int64_t head_rows, int
                               int64_t k_head_bytes, int64_t len, int64_t j0, int64_t j1, float* s,
                               int64_t srow, int64_t skey, const PrefetchHeads& pk,
                               const PrefetchHeads& pv) {
-  const int64_t n = j1 - j0, total = n * heads * (head_rows / 4);
-  // Pair c: key j0 + c / (heads · groups), head (c / groups) % heads, row group c % groups.
-  const int64_t groups = head_rows / 4;
-  auto pair = [&](int64_t c, const float*& qc, const void*& kc, float*& sc) {
-    const int64_t j = j0 + c / (heads * groups), g = (c / groups) % heads, rg = c % groups;
+  const int64_t groups = head_rows / 4, per_key = heads * groups;
+  const int64_t total = (j1 - j0) * per_key;
+  // Pair c: key j0 + c / per_key, then head, then row group; (j, g, rg) advanced in step.
+  int64_t j = j0, g = 0, rg = 0;
+  auto next = [&](const float*& qc, const void*& kc, float*& sc) {
+    if (rg == 0) {  // row (key j, head g) of the prefetch lists, in step
+      pk.row(j - j0, g);
+      pv.row(j - j0, g);
+    }
     const int64_t r = g * head_rows + rg * 4;
     qc = q + r * qs;
     kc = static_cast<const char*>(k[j]) + g * k_head_bytes;
     sc = s + r * srow + j * skey;
-  };
-  auto fetch = [&](int64_t c0, int64_t c1) {
-    pk.rows(c0 * pk.n / total, c1 * pk.n / total);
-    pv.rows(c0 * pv.n / total, c1 * pv.n / total);
+    if (++rg == groups) {
+      rg = 0;
+      if (++g == heads) {
+        g = 0;
+        ++j;
+      }
+    }
   };
   int64_t c = 0;
   const float* qc[3];
   const void* kc[3];
   float* sc[3];
   for (; c + 3 <= total; c += 3) {
-    fetch(c, c + 3);
-    for (int i = 0; i < 3; ++i) pair(c + i, qc[i], kc[i], sc[i]);
+    for (int i = 0; i < 3; ++i) next(qc[i], kc[i], sc[i]);
     dot_block_pairs<3>(qc, qs, kc, len, sc, srow);
   }
   for (; c < total; ++c) {
-    fetch(c, c + 1);
-    pair(c, qc[0], kc[0], sc[0]);
+    next(qc[0], kc[0], sc[0]);
     dot_block_pairs<1>(qc, qs, kc, len, sc, srow);
   }
+  pk.rows(j1 - j0, pk.n);  // the next tile may hold more keys than this one
 }
 
 // Scores of `rows` rows against tile keys [j0, j1) (key j's row at k[j]); the next tile's rows

@@ -214,6 +214,12 @@ struct PrefetchHeads {
   Rows r;
   int64_t n = 0, bytes = 0, heads = 1, head_bytes = 0;
 
+  // Row i of head g alone.
+  HWY_INLINE void row(int64_t i, int64_t g) const {
+    if (i >= n) return;
+    const auto* p = static_cast<const char*>(r[i]) + g * head_bytes;
+    for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 3);
+  }
   HWY_INLINE void rows(int64_t i0, int64_t i1) const {
     for (int64_t i = i0; i < std::min(i1, n); ++i)
       for (int64_t g = 0; g < heads; ++g) {
