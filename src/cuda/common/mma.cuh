@@ -16,9 +16,12 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 
 // 16-byte global->shared copy; src_bytes = 0 zero-fills the destination (keys past the range
 // must read as zeros, not stale shared memory, since 0 * NaN would poison the output).
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
+__device__ __forceinline__ void cp_async16(uint32_t smem, const void* gmem, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem),
                "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
+  cp_async16(smem_addr(smem), gmem, src_bytes);
 }
 // A 16-byte async copy, or (ok false: a key past the range) 16 zero bytes stored directly. The
 // predicated pair costs a few instructions where cp.async's src-size operand cost ~10 of 64-bit

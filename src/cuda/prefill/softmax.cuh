@@ -35,17 +35,19 @@ struct LogitMap {
   float mul, in, out;
 };
 
-/// Turns the warp's S tile (raw q.k of keys [t0, t0 + N)) into P in place, updates the running
-/// max and (per-thread partial) sums, and rescales the O accumulators. MASK: some key of the
-/// tile is outside some row's range `rr` (only tiles on a range edge); CAP: logit softcap.
-/// Without either, the caller guarantees lm.mul >= 0, so the row max is taken on raw q.k and
-/// scaled once per row, and each probability is exp2(fma(s, mul, -max)) (FlashAttention-2's
-/// form): one multiply per element fewer. A negative k_descale takes the MASK body instead.
-template <int MT, int N, int DV, bool MASK, bool CAP>
-__device__ __forceinline__ void online_softmax(float (&s)[MT][N / 8][4], float (&m_run)[2 * MT],
-                                               float (&l_run)[2 * MT], float (&acc)[MT][DV / 8][4],
-                                               const Range (&rr)[2 * MT], int t0, int lane,
-                                               const LogitMap& lm) {
+/// Turns the warp's S tile (raw q.k of keys [t0, t0 + N)) into P in place and updates the
+/// running max and (per-thread partial) sums; alpha[ri] is the factor the O rows must be
+/// rescaled by (rescale_rows below), left to the caller so that an MMA still accumulating into O
+/// can run meanwhile. MASK: some key of the tile is outside some row's range `rr` (only tiles on
+/// a range edge); CAP: logit softcap. Without either, the caller guarantees lm.mul >= 0, so the
+/// row max is taken on raw q.k and scaled once per row, and each probability is
+/// exp2(fma(s, mul, -max)) (FlashAttention-2's form): one multiply per element fewer. A negative
+/// k_descale takes the MASK body instead.
+template <int MT, int N, bool MASK, bool CAP>
+__device__ __forceinline__ void softmax_probs(float (&s)[MT][N / 8][4], float (&m_run)[2 * MT],
+                                              float (&l_run)[2 * MT], float (&alpha)[2 * MT],
+                                              const Range (&rr)[2 * MT], int t0, int lane,
+                                              const LogitMap& lm) {
   constexpr bool RAW = !MASK && !CAP;
   float mx[2 * MT];
   // Row bounds relative to this thread's first column of the tile, so the per-element test
@@ -84,7 +86,7 @@ __device__ __forceinline__ void online_softmax(float (&s)[MT][N / 8][4], float (
   // A row that has seen no key keeps m_run = -inf; subtracting 0 instead leaves its
   // probabilities exp2(-inf) = 0 and alpha exp2(-inf) = 0 (its sums are 0 anyway), with no
   // per-element test and no inf - inf.
-  float m_use[2 * MT], alpha[2 * MT];
+  float m_use[2 * MT];
 #pragma unroll
   for (int ri = 0; ri < 2 * MT; ++ri) {
     mx[ri] = fmaxf(mx[ri], __shfl_xor_sync(0xffffffffu, mx[ri], 1));
@@ -97,7 +99,7 @@ __device__ __forceinline__ void online_softmax(float (&s)[MT][N / 8][4], float (
     l_run[ri] *= alpha[ri];  // per-thread partial sums; the quad is reduced at the end
   }
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int u = 0; u < N / 8; ++u)
 #pragma unroll
@@ -108,6 +110,14 @@ __device__ __forceinline__ void online_softmax(float (&s)[MT][N / 8][4], float (
         s[mt][u][x] = pr;
         l_run[ri] += pr;
       }
+}
+
+/// O rows times the factors softmax_probs returned (2 rows per m-tile per thread).
+template <int MT, int DV>
+__device__ __forceinline__ void rescale_rows(float (&acc)[MT][DV / 8][4],
+                                             const float (&alpha)[2 * MT]) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int u = 0; u < DV / 8; ++u) {
       acc[mt][u][0] *= alpha[2 * mt];
@@ -115,7 +125,17 @@ __device__ __forceinline__ void online_softmax(float (&s)[MT][N / 8][4], float (
       acc[mt][u][2] *= alpha[2 * mt + 1];
       acc[mt][u][3] *= alpha[2 * mt + 1];
     }
-  }
+}
+
+/// softmax_probs, then the O rescale at once (the mma.sync kernel, whose MMAs are synchronous).
+template <int MT, int N, int DV, bool MASK, bool CAP>
+__device__ __forceinline__ void online_softmax(float (&s)[MT][N / 8][4], float (&m_run)[2 * MT],
+                                               float (&l_run)[2 * MT], float (&acc)[MT][DV / 8][4],
+                                               const Range (&rr)[2 * MT], int t0, int lane,
+                                               const LogitMap& lm) {
+  float alpha[2 * MT];
+  softmax_probs<MT, N, MASK, CAP>(s, m_run, l_run, alpha, rr, t0, lane, lm);
+  rescale_rows<MT, DV>(acc, alpha);
 }
 
 }  // namespace flashback::cuda::prefill

@@ -2,18 +2,25 @@
 // (one CTA = a block of BM queries of one q head of one entry; bottom-right causal, window,
 // softcap, LSE, paged or ragged K/V, 16-bit caches), on warpgroup MMA.
 //
-// Warp-specialised, as FlashAttention-3 does: warpgroup 2 is the producer, warpgroups 0 and 1
-// consume 64 query rows each. The producer reads each key's table entry (one thread per key of
-// a 128-key tile), then its warps copy K and V rows with cp.async into the 128-byte-swizzled
-// layout wgmma reads (cuda/common/wgmma.cuh), STAGES deep; each copy's completion arrives on
-// the stage's `full` mbarrier. A consumer warpgroup computes S = Q K^T (wgmma, both operands in
-// shared memory), the online softmax in registers (softmax.cuh, as the mma.sync kernel), then
-// O += P V with P straight from the S registers as the A operand, and frees the stage on its
-// `empty` mbarrier. The two consumers are not in lockstep, so one's softmax overlaps the
-// other's MMAs. Registers move from the producer to the consumers with setmaxnreg.
+// Warp-specialised, as FlashAttention-3 does. Warpgroup 2 is the producer: per 128-key tile,
+// thread t reads key t's table entry (a tile ahead), then its warps copy whole K and V rows with
+// cp.async into the 128-byte-swizzled layout wgmma reads (cuda/common/wgmma.cuh), STAGES deep;
+// each copy's completion arrives on the stage's `full` mbarrier. Warpgroups 0 and 1 consume 64
+// query rows each: S = Q K^T (both operands in shared memory), the online softmax in registers
+// (softmax.cuh, as the mma.sync kernel), O += P V with P straight from the S registers as the A
+// operand, then the stage is freed on its `empty` mbarrier. The two consumers are not in
+// lockstep, so one's softmax overlaps the other's MMAs. Registers move from the producer to the
+// consumers with setmaxnreg.
 //
 // Built only for (D, 128) with D a multiple of 64 up to 192 (128/128 and the MLA chunked-prefix
 // 192/128 of the workloads); the mma.sync kernel serves every other case, fp8 caches included.
+//
+// Tried and measured slower on the H200 (session 3, docs/PERFORMANCE_GPU.md): a persistent grid,
+// separate K and V rings with S of tile j issued together with P V of tile j - 1, and the two
+// consumers taking turns through named barriers (FlashAttention-3's pingpong): 330-340 TFLOP/s
+// on prefill_1x16k against 406 for this form. FlashAttention-3's intra-warpgroup overlap needs
+// P of the previous tile live beside S and O, beyond 240 registers here (ptxas spilled and
+// serialised the wgmma).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -33,15 +40,20 @@ struct WgmmaConfig {
   static constexpr bool kBuilt = DV == 128 && D % 64 == 0 && D <= 192;
   static constexpr int N = 128;   // keys per tile: one per producer thread
   static constexpr int BM = 128;  // query rows per CTA: 64 per consumer warpgroup
-  static constexpr int STAGES = 2;
   static constexpr int THREADS = 384;
   static constexpr int CK = D * 2 / 16, CV = DV * 2 / 16;  // 16-byte chunks per K / V row
   static constexpr int Q_BYTES = BM * D * 2;
   static constexpr int K_BYTES = N * D * 2, V_BYTES = N * DV * 2;
   static constexpr int STAGE_BYTES = K_BYTES + V_BYTES;
-  static constexpr int BARRIERS = 2 * STAGES + 2;  // full, empty per stage; q_full, q_empty
-  // 1024 bytes of slack: swizzled blocks must start on 1024-byte boundaries.
-  static constexpr int SMEM_BYTES = 1024 + Q_BYTES + STAGES * STAGE_BYTES + 8 * BARRIERS;
+  // 1024 bytes of slack (swizzled blocks start on 1024-byte boundaries) and the mbarriers: full
+  // and empty per stage, q_full and q_empty.
+  static constexpr int smem_for(int stages) {
+    return 1024 + Q_BYTES + stages * STAGE_BYTES + 8 * (2 * stages + 2);
+  }
+  // As many stages as fit (3 for 128/128, 2 for 192/128). The consumers are the slower side:
+  // 2 and 3 stages measured the same on the H200 (prefill_1x16k 410 / 405 TFLOP/s).
+  static constexpr int STAGES = smem_for(3) <= 227 * 1024 ? 3 : 2;
+  static constexpr int SMEM_BYTES = smem_for(STAGES);
   static constexpr int PRODUCER_REGS = 56, CONSUMER_REGS = 224;  // 128 x 56 + 256 x 224 <= 64K
   static_assert(!kBuilt || SMEM_BYTES <= 227 * 1024, "shared memory per CTA exceeds 227 KB");
 };
@@ -51,13 +63,30 @@ struct WgmmaPrefill {
   static constexpr int D = Cfg::D, DV = Cfg::DV, N = Cfg::N, BM = Cfg::BM, S = Cfg::STAGES;
   static constexpr int CK = Cfg::CK, CV = Cfg::CV;
 
-  unsigned char* sq;       // [D / 64][BM][128 B], swizzled
-  unsigned char* stages;   // per stage: K [D / 64][N][128 B], then V [DV / 64][N][128 B]
-  uint64_t *full, *empty;  // [S] each
-  uint64_t *q_full, *q_empty;
+  // Shared memory, by 32-bit shared-window address from `base` (1024-byte aligned): Q
+  // [D / 64][BM][128 B], then per stage K [D / 64][N][128 B] and V [DV / 64][N][128 B], then
+  // the mbarriers.
+  static constexpr uint32_t BAR_OFF = Cfg::Q_BYTES + S * Cfg::STAGE_BYTES;
+  uint32_t base;
 
-  __device__ unsigned char* k_stage(int s) const { return stages + s * Cfg::STAGE_BYTES; }
-  __device__ unsigned char* v_stage(int s) const { return k_stage(s) + Cfg::K_BYTES; }
+  __device__ uint32_t q_addr() const { return base; }
+  __device__ uint32_t k_stage(int s) const { return base + Cfg::Q_BYTES + s * Cfg::STAGE_BYTES; }
+  __device__ uint32_t v_stage(int s) const { return k_stage(s) + Cfg::K_BYTES; }
+  __device__ uint32_t bar(int i) const { return base + BAR_OFF + 8 * i; }
+  __device__ uint32_t full(int s) const { return bar(s); }
+  __device__ uint32_t empty(int s) const { return bar(S + s); }
+  __device__ uint32_t q_full() const { return bar(2 * S); }
+  __device__ uint32_t q_empty() const { return bar(2 * S + 1); }
+
+  // Initialises the barriers (one thread; __syncthreads before use).
+  __device__ void init_barriers() const {
+    for (int s = 0; s < S; ++s) {
+      mbar_init(full(s), 128);   // one .noinc arrival per producer thread
+      mbar_init(empty(s), 256);  // every consumer thread
+    }
+    mbar_init(q_full(), 128);
+    mbar_init(q_empty(), 256);
+  }
 
   // The block's key range (the union of its rows' ranges, contiguous because both ends are
   // non-decreasing in the query index) in tiles of N keys from `lo`.
@@ -69,6 +98,86 @@ struct WgmmaPrefill {
     const int lo = visible_keys(p, row0, e.q_len, e.kv_len).lo;
     const int hi = visible_keys(p, last_row, e.q_len, e.kv_len).hi;
     return {lo, hi + 1, hi >= lo ? (hi - lo + N) / N : 0};
+  }
+
+  // Copies the 32 keys of the calling warp (keys 32 warp + [0, 32) of the tile) into a swizzled
+  // stage, whole rows per instruction: lane l takes chunk (i 32 + l) % C of key (i 32 + l) / C,
+  // the key's byte offset `off` (< 0: no key, zero-filled) shuffled from the lane that located it.
+  template <int C>
+  static __device__ __forceinline__ void copy_rows(uint32_t dst, const unsigned char* src,
+                                                   int64_t off, int warp, int lane) {
+#pragma unroll 4
+    for (int i = 0; i < C; ++i) {
+      const int idx = i * 32 + lane, kl = idx / C, ch = idx % C;
+      const int64_t o = __shfl_sync(0xffffffffu, off, kl);
+      cp_async16(dst + sw128_offset(warp * 32 + kl, ch, N), src + (o >= 0 ? o : 0) + ch * 16,
+                 o >= 0 ? 16 : 0);
+    }
+  }
+
+  // The query rows of one consumer warpgroup in one block.
+  struct Rows {
+    int first;              // entry-relative first row
+    bool live, whole;       // some / all of the 64 rows are real queries
+    Range r_first, r_last;  // the key ranges of the first and last real row
+  };
+
+  // S = Q K^T of one tile into sacc (Q rows at sq_addr, K in stage `stage`).
+  __device__ __forceinline__ void issue_s(uint32_t sq_addr, int stage,
+                                          float (&sacc)[1][N / 8][4]) const {
+    const uint32_t k_addr = k_stage(stage);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      // k step ks: column block ks / 4, 32 bytes further per step inside the block.
+      const uint32_t col = (ks & 3) * 32;
+      const uint64_t da = sw128_desc(sq_addr + (ks >> 2) * BM * 128 + col, 16, 1024);
+      const uint64_t db = sw128_desc(k_addr + (ks >> 2) * N * 128 + col, 16, 1024);
+      wgmma_ss_n128<T>(sacc[0], da, db, ks > 0);
+    }
+    wgmma_commit();
+  }
+  // O += P V of one tile (P in registers, V in stage `stage`).
+  __device__ __forceinline__ void issue_pv(int stage, float (&acc)[1][DV / 8][4],
+                                           const uint32_t (&pa)[N / 16][4]) const {
+    const uint32_t v_addr = v_stage(stage);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < N / 16; ++kk)
+      wgmma_rs_n128<T>(acc[0], pa[kk], sw128_desc(v_addr + kk * 16 * 128, N * 128, 1024));
+    wgmma_commit();
+  }
+  // Softmax of the tile of keys [t0, t0 + N) (S done), O's rescale factors into alpha.
+  static __device__ __forceinline__ void probs(const PrefillParams& p, const Entry& e,
+                                               const Rows& rw, int t0, int warp, int lane,
+                                               const LogitMap& lm, float (&sacc)[1][N / 8][4],
+                                               float (&m_run)[2], float (&l_run)[2],
+                                               float (&alpha)[2]) {
+    if (rw.whole && t0 >= rw.r_last.lo && t0 + N - 1 <= rw.r_first.hi && (CAP || lm.mul >= 0.f)) {
+      softmax_probs<1, N, false, CAP>(sacc, m_run, l_run, alpha, {}, t0, lane, lm);
+    } else {
+      Range rr[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int r = rw.first + warp * 16 + (lane >> 2) + 8 * i;
+        rr[i] = r < e.q_len ? visible_keys(p, r, e.q_len, e.kv_len) : Range{1, 0};
+      }
+      softmax_probs<1, N, true, CAP>(sacc, m_run, l_run, alpha, rr, t0, lane, lm);
+    }
+  }
+  // O's rescale, then P as P V's A fragments: the S accumulators of keys [16 kk, 16 kk + 16)
+  // are exactly that fragment.
+  static __device__ __forceinline__ void to_p(const float (&alpha)[2], float (&acc)[1][DV / 8][4],
+                                              const float (&sacc)[1][N / 8][4],
+                                              uint32_t (&pa)[N / 16][4]) {
+    rescale_rows<1, DV>(acc, alpha);
+#pragma unroll
+    for (int kk = 0; kk < N / 16; ++kk) {
+      pa[kk][0] = pack2<T>(sacc[0][2 * kk][0], sacc[0][2 * kk][1]);
+      pa[kk][1] = pack2<T>(sacc[0][2 * kk][2], sacc[0][2 * kk][3]);
+      pa[kk][2] = pack2<T>(sacc[0][2 * kk + 1][0], sacc[0][2 * kk + 1][1]);
+      pa[kk][3] = pack2<T>(sacc[0][2 * kk + 1][2], sacc[0][2 * kk + 1][3]);
+    }
   }
 
   // Producer warpgroup: Q of each block, then the K/V tiles. `it` counts tiles over the CTA's
@@ -90,40 +199,28 @@ struct WgmmaPrefill {
     for (int mb = gridDim.x - 1 - blockIdx.x; mb * BM < e.q_len; mb += gridDim.x, ++blk) {
       const int row0 = mb * BM;
       const Span sp = span(p, e, row0);
-      mbar_wait(q_empty, (blk & 1) ^ 1);
+      // Tile 0's table entry, read before the Q copies so its latency overlaps them.
+      int32_t ent = sp.ntiles > 0 && sp.lo + t < sp.end ? walk.read(sp.lo + t) : 0;
+      mbar_wait(q_empty(), (blk & 1) ^ 1);
       for (int c = t; c < BM * CK; c += 128) {
         const int r = c / CK, ch = c % CK;
         const bool ok = row0 + r < e.q_len;
         const T* src = ok ? q + static_cast<int64_t>(row0 + r) * p.q_st + ch * 8 : q;
-        cp_async16(sq + sw128_offset(r, ch, BM), src, ok ? 16 : 0);
+        cp_async16(q_addr() + sw128_offset(r, ch, BM), src, ok ? 16 : 0);
       }
-      mbar_arrive_on_copies(q_full);
+      mbar_arrive_on_copies(q_full());
       for (int j = 0; j < sp.ntiles; ++j, ++it) {
         const int s = it % S;
         const int key = sp.lo + j * N + t;  // this thread's key
-        KeyBytes kb = no_key();
-        if (key < sp.end)
-          kb = key_bytes(walk.locate(walk.read(key), key), p.k_sp, p.k_so, p.v_sp, p.v_so, 2);
-        mbar_wait(&empty[s], ((it / S) & 1) ^ 1);
-        // The warp's 32 keys, whole rows per instruction: lane l takes chunk (i 32 + l) % C of
-        // key (i 32 + l) / C, the key's byte offset shuffled from the lane that located it.
-        unsigned char* kd = k_stage(s);
-#pragma unroll 4
-        for (int i = 0; i < CK; ++i) {
-          const int idx = i * 32 + lane, kl = idx / CK, ch = idx % CK;
-          const int64_t off = __shfl_sync(0xffffffffu, kb.x, kl);
-          cp_async16(kd + sw128_offset(warp * 32 + kl, ch, N),
-                     kbase + (off >= 0 ? off : 0) + ch * 16, off >= 0 ? 16 : 0);
-        }
-        unsigned char* vd = v_stage(s);
-#pragma unroll 4
-        for (int i = 0; i < CV; ++i) {
-          const int idx = i * 32 + lane, kl = idx / CV, ch = idx % CV;
-          const int64_t off = __shfl_sync(0xffffffffu, kb.y, kl);
-          cp_async16(vd + sw128_offset(warp * 32 + kl, ch, N),
-                     vbase + (off >= 0 ? off : 0) + ch * 16, off >= 0 ? 16 : 0);
-        }
-        mbar_arrive_on_copies(&full[s]);
+        const KeyBytes kb =
+            key < sp.end ? key_bytes(walk.locate(ent, key), p.k_sp, p.k_so, p.v_sp, p.v_so, 2)
+                         : no_key();
+        // The next tile's entry now, so its latency overlaps this tile's wait and copies.
+        ent = j + 1 < sp.ntiles && key + N < sp.end ? walk.read(key + N) : 0;
+        mbar_wait(empty(s), ((it / S) & 1) ^ 1);
+        copy_rows<CK>(k_stage(s), kbase, kb.x, warp, lane);
+        copy_rows<CV>(v_stage(s), vbase, kb.y, warp, lane);
+        mbar_arrive_on_copies(full(s));
       }
     }
   }
@@ -131,7 +228,7 @@ struct WgmmaPrefill {
   // Consumer warpgroup wg (0 or 1): query rows [row0 + 64 wg, row0 + 64 wg + 64) of each block.
   __device__ void consume(const PrefillParams& p, const Entry& e, int h, int wg) {
     const int tw = threadIdx.x & 127, lane = tw & 31, warp = tw >> 5;
-    const uint32_t sq_addr = smem_addr(sq) + wg * 64 * 128;
+    const uint32_t sq_addr = q_addr() + wg * 64 * 128;
     // logit = softcap(scale * kd * (q . k_stored)), in base 2 (softmax.cuh).
     const float sk = p.scale * e.kd;
     LogitMap lm;
@@ -142,12 +239,14 @@ struct WgmmaPrefill {
     for (int mb = gridDim.x - 1 - blockIdx.x; mb * BM < e.q_len; mb += gridDim.x, ++blk) {
       const int row0 = mb * BM;
       const Span sp = span(p, e, row0);
-      const int wfirst = row0 + wg * 64, wlast = min(wfirst + 63, e.q_len - 1);
-      const bool live = wfirst < e.q_len, full_rows = wfirst + 63 < e.q_len;
-      Range r_first{1, 0}, r_last{1, 0};
-      if (live) {
-        r_first = visible_keys(p, wfirst, e.q_len, e.kv_len);
-        r_last = visible_keys(p, wlast, e.q_len, e.kv_len);
+      Rows rw;
+      rw.first = row0 + wg * 64;
+      rw.live = rw.first < e.q_len;
+      rw.whole = rw.first + 63 < e.q_len;
+      rw.r_first = rw.r_last = Range{1, 0};
+      if (rw.live) {
+        rw.r_first = visible_keys(p, rw.first, e.q_len, e.kv_len);
+        rw.r_last = visible_keys(p, min(rw.first + 63, e.q_len - 1), e.q_len, e.kv_len);
       }
       float acc[1][DV / 8][4];
 #pragma unroll
@@ -155,64 +254,34 @@ struct WgmmaPrefill {
         acc[0][u][0] = acc[0][u][1] = acc[0][u][2] = acc[0][u][3] = 0.f;
       float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
 
-      mbar_wait(q_full, blk & 1);
+      mbar_wait(q_full(), blk & 1);
       for (int j = 0; j < sp.ntiles; ++j, ++it) {
         const int s = it % S;
         const int t0 = sp.lo + j * N;
-        mbar_wait(&full[s], (it / S) & 1);
+        mbar_wait(full(s), (it / S) & 1);
         // A warpgroup whose rows see none of this tile only frees the stage.
-        if (live && t0 <= r_last.hi && t0 + N - 1 >= r_first.lo) {
-          fence_proxy_async_smem();  // cp.async wrote the stage through the generic proxy
+        if (rw.live && t0 <= rw.r_last.hi && t0 + N - 1 >= rw.r_first.lo) {
+          // cp.async wrote the stage through the generic proxy; wgmma reads through the async
+          // one. (Fencing in the producer instead, after cp.async.wait_group, held each stage
+          // back by a tile: mla_prefix_chunk_8x4k 402 -> 326 TFLOP/s with its two stages.)
+          fence_proxy_async_smem();
           float sacc[1][N / 8][4];
-          const uint32_t k_addr = smem_addr(k_stage(s));
-          wgmma_fence();
-#pragma unroll
-          for (int ks = 0; ks < D / 16; ++ks) {
-            // k step ks: column block ks / 4, 32 bytes further per step inside the block.
-            const uint32_t col = (ks & 3) * 32;
-            const uint64_t da = sw128_desc(sq_addr + (ks >> 2) * BM * 128 + col, 16, 1024);
-            const uint64_t db = sw128_desc(k_addr + (ks >> 2) * N * 128 + col, 16, 1024);
-            wgmma_ss_n128<T>(sacc[0], da, db, ks > 0);
-          }
-          wgmma_commit();
+          issue_s(sq_addr, s, sacc);
           wgmma_wait<0>();
           reg_fence(sacc[0]);
-
-          if (full_rows && t0 >= r_last.lo && t0 + N - 1 <= r_first.hi && (CAP || lm.mul >= 0.f)) {
-            online_softmax<1, N, DV, false, CAP>(sacc, m_run, l_run, acc, {}, t0, lane, lm);
-          } else {
-            Range rr[2];
-#pragma unroll
-            for (int i = 0; i < 2; ++i) {
-              const int r = wfirst + warp * 16 + (lane >> 2) + 8 * i;
-              rr[i] = r < e.q_len ? visible_keys(p, r, e.q_len, e.kv_len) : Range{1, 0};
-            }
-            online_softmax<1, N, DV, true, CAP>(sacc, m_run, l_run, acc, rr, t0, lane, lm);
-          }
-
-          // O += P V: the S accumulators of keys [16 kk, 16 kk + 16) are the A fragment.
+          float alpha[2];
+          probs(p, e, rw, t0, warp, lane, lm, sacc, m_run, l_run, alpha);
           uint32_t pa[N / 16][4];
-#pragma unroll
-          for (int kk = 0; kk < N / 16; ++kk) {
-            pa[kk][0] = pack2<T>(sacc[0][2 * kk][0], sacc[0][2 * kk][1]);
-            pa[kk][1] = pack2<T>(sacc[0][2 * kk][2], sacc[0][2 * kk][3]);
-            pa[kk][2] = pack2<T>(sacc[0][2 * kk + 1][0], sacc[0][2 * kk + 1][1]);
-            pa[kk][3] = pack2<T>(sacc[0][2 * kk + 1][2], sacc[0][2 * kk + 1][3]);
-          }
-          const uint32_t v_addr = smem_addr(v_stage(s));
-          wgmma_fence();
-#pragma unroll
-          for (int kk = 0; kk < N / 16; ++kk)
-            wgmma_rs_n128<T>(acc[0], pa[kk], sw128_desc(v_addr + kk * 16 * 128, N * 128, 1024));
-          wgmma_commit();
+          to_p(alpha, acc, sacc, pa);
+          issue_pv(s, acc, pa);
           wgmma_wait<0>();
           reg_fence(acc[0]);
           reg_fence(pa);
         }
-        mbar_arrive(&empty[s]);
+        mbar_arrive(empty(s));
       }
-      mbar_arrive(q_empty);
-      if (live) store_rows<T, 1, DV>(p, e, h, wfirst + warp * 16, acc, m_run, l_run, lane);
+      mbar_arrive(q_empty());
+      if (rw.live) store_rows<T, 1, DV>(p, e, h, rw.first + warp * 16, acc, m_run, l_run, lane);
     }
   }
 };
@@ -224,31 +293,17 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1) prefill_wgmma_kernel(const Pr
   unsigned char* smem = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
   WgmmaPrefill<Cfg, T, CAP> k;
-  k.sq = smem;
-  k.stages = smem + Cfg::Q_BYTES;
-  uint64_t* bars = reinterpret_cast<uint64_t*>(k.stages + Cfg::STAGES * Cfg::STAGE_BYTES);
-  k.full = bars;
-  k.empty = bars + Cfg::STAGES;
-  k.q_full = bars + 2 * Cfg::STAGES;
-  k.q_empty = k.q_full + 1;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < Cfg::STAGES; ++s) {
-      mbar_init(&k.full[s], 128);   // one .noinc arrival per producer thread
-      mbar_init(&k.empty[s], 256);  // every consumer thread
-    }
-    mbar_init(k.q_full, 128);
-    mbar_init(k.q_empty, 256);
-  }
+  k.base = smem_addr(smem);
+  if (threadIdx.x == 0) k.init_barriers();
   __syncthreads();
   const int h = blockIdx.y, b = blockIdx.z;
   const Entry e = load_entry(p, b, h / p.group);
-  const int wg = threadIdx.x / 128;
-  if (wg == 2) {
+  if (threadIdx.x >= 256) {
     regs_shrink<Cfg::PRODUCER_REGS>();
     k.produce(p, e, h);
   } else {
     regs_grow<Cfg::CONSUMER_REGS>();
-    k.consume(p, e, h, wg);
+    k.consume(p, e, h, threadIdx.x / 128);
   }
 #else
   __trap();  // launched only where wgmma_available() (launch.cu) says this build has sm_90a
