@@ -37,9 +37,9 @@ step() {  # name, timeout, command...
   summary+=("$(printf '%-28s rc=%-3s %4ss  %s' $name $rc $((SECONDS - t0)) "$(grep -E '^\[  (PASSED|FAILED)  \]|ERROR SUMMARY' $LOGS/$name.log | tr '\n' ' ')")")
   echo "${summary[-1]}"; grep -E '^\[  FAILED  \]' $LOGS/$name.log | head -12
 }
-for t in $TESTS; do step $t 50 $BIN/$t; done
+for t in $TESTS; do step $t 120 $BIN/$t; done
 # The sm80 (mma.sync) prefill kernel on the same cases, which the Hopper path otherwise takes.
-step cuda_test_prefill_mma 50 env FLASHBACK_PREFILL_KERNEL=mma $BIN/cuda_test_prefill
+step cuda_test_prefill_mma 120 env FLASHBACK_PREFILL_KERNEL=mma $BIN/cuda_test_prefill
 step memcheck_decode 45 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda_test_decode \
   --gtest_filter='CudaDecode.Splits:CudaDecode.TableRowsAndKvStart'
 step memcheck_prefill 60 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda_test_prefill \
