@@ -4,6 +4,18 @@
 
 namespace flashback::cuda {
 
+// Shared memory a CTA may take with two CTAs per SM (2 x (smem + 1 KB reserved) <= 228 KB), and
+// with one.
+constexpr int kDecodeHalfSm = 113 * 1024, kDecodeFullSm = 227 * 1024;
+
+/// K/V stages of `stage` bytes beside `base` bytes, up to 4: as many as fit with two CTAs per SM
+/// when at least `min_two` do, else as many as fit with one CTA per SM.
+constexpr int decode_stages(int base, int stage, int min_two) {
+  const int two = (kDecodeHalfSm - base) / stage, one = (kDecodeFullSm - base) / stage;
+  const int n = two >= min_two ? two : one;
+  return n < 4 ? n : 4;
+}
+
 template <int D_, int DV_, bool QV_, bool FP8_, int MT_>
 struct DecodeConfig {
   static constexpr int D = D_;     // q/k head dim (MLA: the rope part)
@@ -33,13 +45,8 @@ struct DecodeConfig {
   static constexpr int BASE_BYTES = ROWS * QP * 2 + (QV ? ROWS * QVP * 2 : 0) +
                                     (FP8 ? N * (KP + VP) * 2 : 0) + ROWS * SP * 4 + ROWS * PP * 2 +
                                     4 * ROWS * 4 + LOC_BYTES;
-  // As many stages as fit (up to 4) with two CTAs per SM (2 x (smem + 1 KB reserved) <= 228 KB);
-  // when not even two stages fit that way, one CTA per SM with up to 4 stages in 227 KB.
-  static constexpr int kHalfSm = 113 * 1024, kFullSm = 227 * 1024;
-  static constexpr int STAGES_2CTA = (kHalfSm - BASE_BYTES) / STAGE_BYTES;
-  static constexpr int STAGES_1CTA = (kFullSm - BASE_BYTES) / STAGE_BYTES;
-  static constexpr int STAGES =
-      STAGES_2CTA >= 2 ? (STAGES_2CTA < 4 ? STAGES_2CTA : 4) : (STAGES_1CTA < 4 ? STAGES_1CTA : 4);
+  // Two CTAs per SM whenever two stages fit that way.
+  static constexpr int STAGES = decode_stages(BASE_BYTES, STAGE_BYTES, 2);
   static constexpr int SMEM_BYTES = BASE_BYTES + STAGES * STAGE_BYTES;
   static constexpr int TPR = THREADS / ROWS;  // softmax threads per row
   static constexpr int NT8 = DV / 8;          // output n8 tiles, dealt round-robin to warps
@@ -78,11 +85,8 @@ struct DecodeWkConfig {
   static constexpr int CVT_BYTES = FP8 ? WARPS * KW * VP * 2 : 0;
   static constexpr int LOC_BYTES = 4 * N * 16;
   static constexpr int BASE_BYTES = Q_BYTES + CVT_BYTES + LOC_BYTES;
-  static constexpr int kHalfSm = 113 * 1024, kFullSm = 227 * 1024;
-  static constexpr int STAGES_2CTA = (kHalfSm - BASE_BYTES) / STAGE_BYTES;
-  static constexpr int STAGES_1CTA = (kFullSm - BASE_BYTES) / STAGE_BYTES;
-  static constexpr int STAGES =
-      STAGES_2CTA >= 3 ? (STAGES_2CTA < 4 ? STAGES_2CTA : 4) : (STAGES_1CTA < 4 ? STAGES_1CTA : 4);
+  // Two CTAs per SM only when three stages fit that way (else one CTA, up to 4 stages).
+  static constexpr int STAGES = decode_stages(BASE_BYTES, STAGE_BYTES, 3);
   static constexpr int SMEM_BYTES = BASE_BYTES + STAGES * STAGE_BYTES;
   // The cross-warp merge at the end reuses the stages: per warp 16 x DV fp32 partials plus the
   // row maxima and sums, then the merged row statistics.

@@ -25,6 +25,7 @@
 #include <cstdint>
 
 #include "cuda/common/dtype.cuh"
+#include "cuda/common/log2.cuh"
 #include "cuda/common/mma.cuh"
 #include "cuda/common/paged.cuh"
 #include "cuda/decode/config.h"
@@ -32,9 +33,6 @@
 #include "cuda/decode/params.h"
 
 namespace flashback::cuda {
-
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 
 template <typename Cfg, typename T, KvKind KV>
 __global__ void __launch_bounds__(Cfg::THREADS) decode_kernel(const DecodeParams p) {

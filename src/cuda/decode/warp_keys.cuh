@@ -19,6 +19,7 @@
 #include <type_traits>
 
 #include "cuda/common/dtype.cuh"
+#include "cuda/common/log2.cuh"
 #include "cuda/common/mma.cuh"
 #include "cuda/common/paged.cuh"
 #include "cuda/decode/config.h"
@@ -28,9 +29,6 @@
 namespace flashback::cuda {
 
 namespace wk {
-
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 
 __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* ptr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -163,8 +161,8 @@ __global__ void __launch_bounds__(Cfg::THREADS) decode_wk_kernel(const DecodePar
   // logit (base 2) = softcap(scale * kd * s) * log2(e); without softcap one multiply.
   const bool capped = p.softcap > 0.f;
   const float mul =
-      capped ? p.scale * e.kd * q_unscale / p.softcap : p.scale * e.kd * q_unscale * wk::kLog2e;
-  const float post = capped ? p.softcap * wk::kLog2e : 1.f;
+      capped ? p.scale * e.kd * q_unscale / p.softcap : p.scale * e.kd * q_unscale * kLog2e;
+  const float post = capped ? p.softcap * kLog2e : 1.f;
 
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
   float acc[DV / 8][4];
@@ -353,7 +351,7 @@ __global__ void __launch_bounds__(Cfg::THREADS) decode_wk_kernel(const DecodePar
       o[1] = from_float<T>(sum.y * inv);
     }
     if (c == 0) {
-      const float lse = L > 0.f ? (sMt[r] + log2f(L)) * wk::kLn2 : -INFINITY;
+      const float lse = L > 0.f ? (sMt[r] + log2f(L)) * kLn2 : -INFINITY;
       if (p.use_workspace)
         p.ws_lse[(static_cast<int64_t>(e.split) * p.total_q + tok) * p.heads_q + head] = lse;
       else if (p.lse)

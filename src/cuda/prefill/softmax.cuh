@@ -7,12 +7,10 @@
 
 #include <cmath>
 
+#include "cuda/common/log2.cuh"
 #include "cuda/common/visible.cuh"
 
 namespace flashback::cuda::prefill {
-
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 
 using Range = KeyRange;  // cuda/common/visible.cuh
 
