@@ -119,11 +119,16 @@ Resolved resolve(const PagedAttentionParams& p, const detail::PagedShape& s, con
   expect_aligned16(p.k_cache, "k_cache");
   expect_aligned16(p.v_cache, "v_cache");
 
+  // Without qv, entries longer than 16 queries went to the prefill kernel (prefill::takes).
+  // MLA absorbed attention (qv) of any length stays here: its 64-row blocks of (query, head)
+  // rows cover every query, and with no hint the bound is total_q (row blocks past an entry
+  // exit at once). An entry longer than max_q gets NaN (entry.cuh).
   int64_t max_q = p.max_seqlen_q > 0   ? p.max_seqlen_q
                   : s.max_seqlen_q > 0 ? s.max_seqlen_q
+                  : qv                 ? s.total_q
                                        : std::min<int64_t>(s.total_q, 16);
-  FLASHBACK_CHECK(max_q <= 16, "max_seqlen_q",
-                  "<= 16 on CUDA (longer queries are the prefill kernels of issue #7)",
+  FLASHBACK_CHECK(qv || max_q <= 16, "max_seqlen_q",
+                  "<= 16 on CUDA here (longer queries go to the prefill kernel)",
                   std::to_string(max_q));
   r.empty = s.batch == 0 || s.total_q == 0;
   max_q = std::max<int64_t>(max_q, 1);

@@ -264,6 +264,25 @@ TEST(CudaDecode, MlaAbsorbed) {
       check(c);
     }
 }
+
+// MLA absorbed attention with more than 16 queries per entry (EXTEND over a cached prefix, and
+// a prefill from scratch) runs on the same MLA instance, its 64-row blocks covering every
+// (query, head) row; with no max_seqlen_q hint the bound is total_q.
+TEST(CudaDecode, MlaAbsorbedLongQueries) {
+  // The oracle takes ~10 s per 128-head case (fp64, 576 + 512 wide), so those are two.
+  for (int hq : {16, 128})
+    for (DType kv : {DType::kBF16, DType::kF8E4M3})
+      for (bool hint : {true, false}) {
+        if (hq == 128 && (kv == DType::kBF16) != hint) continue;
+        AttentionCase c = decode_case(64, hq, 1, 64, {100, 17, 8, 40, 120});
+        c.name = "mla extend";
+        c.mla = true;
+        c.head_dim_v = 512;
+        c.kv_dtype = kv;
+        c.q_lens = {40, 17, 0, 40, 33};  // the fourth is a prefill (q_len == kv_len)
+        check(c, {}, {}, hint);
+      }
+}
 #endif
 
 TEST(CudaDecode, UnsupportedIsLoud) {

@@ -385,16 +385,7 @@ TEST(CudaPrefill, UnsupportedIsLoud) {
     }
     return "(no error)";
   };
-  AttentionCase mla;
-  mla.mla = true;
-  mla.head_dim = 64;
-  mla.head_dim_v = 512;
-  mla.heads_q = 16;
-  mla.heads_kv = 1;
-  mla.page_size = 64;
-  mla.q_lens = {40};
-  mla.kv_lens = {100};
-  EXPECT_EQ(arg_of(mla), "qv");
+  // MLA absorbed (qv) of any length runs on the decode kernel (test_decode.cc).
   AttentionCase odd = extend_case(48, 4, 4, 16);  // a head dim no instance is built for
   EXPECT_EQ(arg_of(odd), "q");
   AttentionCase f32 = extend_case(built_head_dims()[0], 4, 4, 16);

@@ -224,9 +224,7 @@ def test_cuda_seed_decode(mla, page_size):
     [
         (False, [5, 1, 0, 17], [40, 16, 8, 17]),
         (True, [5, 1, 0, 16], [40, 16, 8, 17]),  # TARGET_VERIFY-sized MLA (<= 16 queries)
-        pytest.param(True, [5, 1, 0, 17], [40, 16, 8, 17], marks=pytest.mark.xfail(
-            raises=flashback.Error, strict=True,
-            reason="MLA absorbed with > 16 queries per entry is not built on CUDA yet (#7)")),
+        (True, [5, 1, 0, 17], [40, 16, 8, 17]),  # MLA extend with more than 16 queries
     ],
     ids=["mha", "mla-verify", "mla-extend-long"],
 )

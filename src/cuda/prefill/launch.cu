@@ -102,13 +102,11 @@ std::string built_instances() {
 }
 
 bool takes(const PagedAttentionParams& p, const detail::PagedShape& s) {
-  return max_q_of(p.max_seqlen_q, s.max_seqlen_q, s.total_q) > kDecodeMaxQ;
+  return s.head_dim_qv == 0 && max_q_of(p.max_seqlen_q, s.max_seqlen_q, s.total_q) > kDecodeMaxQ;
 }
 
 void paged_attention(const PagedAttentionParams& p, const detail::PagedShape& s, const Exec& exec) {
-  FLASHBACK_CHECK(s.head_dim_qv == 0, "qv",
-                  concat("no qv: MLA absorbed attention with more than ", kDecodeMaxQ,
-                         " queries per entry is not built on CUDA yet (issue #7)"),
+  FLASHBACK_CHECK(s.head_dim_qv == 0, "qv", "no qv (MLA absorbed runs on the decode kernel)",
                   concat("qv with ", s.head_dim_qv, " columns"));
   const Instance& in = find(s.head_dim, s.head_dim_v, p.q.dtype);
   expect_out(p.out, p.q);
