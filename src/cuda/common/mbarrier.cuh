@@ -41,15 +41,6 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   }
 }
 
-/// Named CTA barrier `id` (1..15; 0 is __syncthreads) over `count` threads: sync waits, arrive
-/// only counts. Two warpgroups take turns with a pair of them (the prefill kernel's pingpong).
-__device__ __forceinline__ void named_bar_sync(int id, int count) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
-}
-__device__ __forceinline__ void named_bar_arrive(int id, int count) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
-}
-
 /// Orders this thread's view of shared memory (written through the generic proxy: st.shared,
 /// cp.async) before its following async-proxy reads (wgmma operands).
 __device__ __forceinline__ void fence_proxy_async_smem() {
