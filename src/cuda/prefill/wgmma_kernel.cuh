@@ -100,18 +100,31 @@ struct WgmmaPrefill {
     return {lo, hi + 1, hi >= lo ? (hi - lo + N) / N : 0};
   }
 
-  // Copies the 32 keys of the calling warp (keys 32 warp + [0, 32) of the tile) into a swizzled
-  // stage, whole rows per instruction: lane l takes chunk (i 32 + l) % C of key (i 32 + l) / C,
-  // the key's byte offset `off` (< 0: no key, zero-filled) shuffled from the lane that located it.
-  template <int C>
-  static __device__ __forceinline__ void copy_rows(uint32_t dst, const unsigned char* src,
-                                                   int64_t off, int warp, int lane) {
-#pragma unroll 4
-    for (int i = 0; i < C; ++i) {
-      const int idx = i * 32 + lane, kl = idx / C, ch = idx % C;
-      const int64_t o = __shfl_sync(0xffffffffu, off, kl);
-      cp_async16(dst + sw128_offset(warp * 32 + kl, ch, N), src + (o >= 0 ? o : 0) + ch * 16,
-                 o >= 0 ? 16 : 0);
+  // Copies rows 32 warp + [0, 32) of a swizzled block of R rows at `dst` (C 16-byte chunks per
+  // row; rows from `nvalid` on are zero-filled) in 128-byte pieces: lane l takes chunk l % 8 of
+  // rows 4 i + l / 8, so one instruction reads four whole 128-byte segments and writes four
+  // swizzled rows (all 32 banks once per 128 bytes). Row 4 i + l / 8 comes from src + off(i, row
+  // in the warp) (an offset of 0 for a zero-filled row keeps the address valid). The row has
+  // (row & 7) = 4 (i & 1) + l / 8, so the destination's swizzle depends only on the lane and
+  // i % 2, and every address past `off` is a constant offset. (The first form spent ~24
+  // instructions per 16-byte copy on index and swizzle arithmetic, and the producer could not
+  // keep up: ncu showed the consumers spinning ~80 times per tile on `full` while the producer
+  // never waited on `empty`.)
+  template <int C, int R, typename Off>
+  static __device__ __forceinline__ void copy_rows(uint32_t dst, const unsigned char* src, Off off,
+                                                   int nvalid, int warp, int lane) {
+    const int h = lane >> 3, c = lane & 7;
+    const uint32_t d0 = dst + (warp * 32 + h) * 128 + ((c ^ h) << 4);
+    const uint32_t d[2] = {d0, d0 ^ 64u};
+    src += c * 16;
+#pragma unroll 2
+    for (int i = 0; i < 8; ++i) {
+      const int r = 4 * i + h;
+      const int64_t o = off(r);
+      const int bytes = warp * 32 + r < nvalid ? 16 : 0;
+#pragma unroll
+      for (int b = 0; b < C / 8; ++b)
+        cp_async16(d[i & 1] + b * R * 128 + i * 512, src + o + b * 128, bytes);
     }
   }
 
@@ -202,24 +215,28 @@ struct WgmmaPrefill {
       // Tile 0's table entry, read before the Q copies so its latency overlaps them.
       int32_t ent = sp.ntiles > 0 && sp.lo + t < sp.end ? walk.read(sp.lo + t) : 0;
       mbar_wait(q_empty(), (blk & 1) ^ 1);
-      for (int c = t; c < BM * CK; c += 128) {
-        const int r = c / CK, ch = c % CK;
-        const bool ok = row0 + r < e.q_len;
-        const T* src = ok ? q + static_cast<int64_t>(row0 + r) * p.q_st + ch * 8 : q;
-        cp_async16(q_addr() + sw128_offset(r, ch, BM), src, ok ? 16 : 0);
-      }
+      const int64_t q_row_bytes = static_cast<int64_t>(p.q_st) * sizeof(T);
+      const int q_rows = e.q_len - row0 - warp * 32;  // rows of this warp's 32 that exist
+      copy_rows<CK, BM>(
+          q_addr(), reinterpret_cast<const unsigned char*>(q + static_cast<int64_t>(row0) * p.q_st),
+          [&](int r) { return r < q_rows ? (warp * 32 + r) * q_row_bytes : int64_t{0}; },
+          e.q_len - row0, warp, lane);
       mbar_arrive_on_copies(q_full());
       for (int j = 0; j < sp.ntiles; ++j, ++it) {
         const int s = it % S;
         const int key = sp.lo + j * N + t;  // this thread's key
         const KeyBytes kb =
             key < sp.end ? key_bytes(walk.locate(ent, key), p.k_sp, p.k_so, p.v_sp, p.v_so, 2)
-                         : no_key();
+                         : make_longlong2(0, 0);  // zero-filled; offset 0 keeps the address valid
         // The next tile's entry now, so its latency overlaps this tile's wait and copies.
         ent = j + 1 < sp.ntiles && key + N < sp.end ? walk.read(key + N) : 0;
         mbar_wait(empty(s), ((it / S) & 1) ^ 1);
-        copy_rows<CK>(k_stage(s), kbase, kb.x, warp, lane);
-        copy_rows<CV>(v_stage(s), vbase, kb.y, warp, lane);
+        // This warp's keys' offsets, shuffled from the lanes that located them.
+        const int nvalid = sp.end - (sp.lo + j * N);
+        copy_rows<CK, N>(k_stage(s), kbase, [&](int r) { return __shfl_sync(~0u, kb.x, r); },
+                         nvalid, warp, lane);
+        copy_rows<CV, N>(v_stage(s), vbase, [&](int r) { return __shfl_sync(~0u, kb.y, r); },
+                         nvalid, warp, lane);
         mbar_arrive_on_copies(full(s));
       }
     }
