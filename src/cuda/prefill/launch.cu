@@ -94,6 +94,16 @@ bool wgmma_available() {
 #endif
 }
 
+int wgmma_grid_x(int m_blocks) {
+  // Two query blocks per CTA (wgmma_kernel.cuh, block_at): the second block's K/V tiles stream
+  // in while the consumers finish the first. FLASHBACK_PREFILL_PAIRS=0: one block per CTA.
+  static const bool pairs = [] {
+    const char* v = std::getenv("FLASHBACK_PREFILL_PAIRS");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return pairs ? (m_blocks + 1) / 2 : m_blocks;
+}
+
 std::string built_instances() {
   std::string out;
   for (const Instance& in : instances())

@@ -3,24 +3,27 @@
 // softcap, LSE, paged or ragged K/V, 16-bit caches), on warpgroup MMA.
 //
 // Warp-specialised, as FlashAttention-3 does. Warpgroup 2 is the producer: per 128-key tile,
-// thread t reads key t's table entry (a tile ahead), then its warps copy whole K and V rows with
-// cp.async into the 128-byte-swizzled layout wgmma reads (cuda/common/wgmma.cuh), STAGES deep;
-// each copy's completion arrives on the stage's `full` mbarrier. Warpgroups 0 and 1 consume 64
-// query rows each: S = Q K^T (both operands in shared memory), the online softmax in registers
-// (softmax.cuh, as the mma.sync kernel), O += P V with P straight from the S registers as the A
-// operand, then the stage is freed on its `empty` mbarrier. The two consumers are not in
-// lockstep, so one's softmax overlaps the other's MMAs. Registers move from the producer to the
-// consumers with setmaxnreg.
+// thread t reads key t's table entry (a tile ahead), then its warps copy K and V rows with
+// cp.async in 128-byte pieces into the 128-byte-swizzled layout wgmma reads
+// (cuda/common/wgmma.cuh), STAGES deep; each copy's completion arrives on the stage's `full`
+// mbarrier. Warpgroups 0 and 1 consume 64 query rows each: S = Q K^T (both operands in shared
+// memory), the online softmax in registers (softmax.cuh, as the mma.sync kernel), O += P V with
+// P straight from the S registers as the A operand, then the stage is freed on its `empty`
+// mbarrier. With three stages a consumer issues S of tile j together with P V of tile j - 1 and
+// runs the softmax while P V does; the two consumers are not in lockstep either, so one's
+// softmax also overlaps the other's MMAs. Each CTA takes two query blocks (a long and a short
+// one, block_at), so the second block's tiles stream in while the first block finishes.
+// Registers move from the producer to the consumers with setmaxnreg.
 //
 // Built only for (D, 128) with D a multiple of 64 up to 192 (128/128 and the MLA chunked-prefix
 // 192/128 of the workloads); the mma.sync kernel serves every other case, fp8 caches included.
 //
-// Tried and measured slower on the H200 (session 3, docs/PERFORMANCE_GPU.md): a persistent grid,
-// separate K and V rings with S of tile j issued together with P V of tile j - 1, and the two
-// consumers taking turns through named barriers (FlashAttention-3's pingpong): 330-340 TFLOP/s
-// on prefill_1x16k against 406 for this form. FlashAttention-3's intra-warpgroup overlap needs
-// P of the previous tile live beside S and O, beyond 240 registers here (ptxas spilled and
-// serialised the wgmma).
+// What set the pace (docs/PERFORMANCE_GPU.md, session 4): the producer. Copying with ~24
+// instructions of index and swizzle arithmetic per 16 bytes, it could not fill stages as fast as
+// the consumers drained them (ncu: consumers spinning on `full`, the producer never waiting on
+// `empty`); at ~5 instructions per copy prefill_1x16k went from 412 to 502 TFLOP/s. Tried and
+// slower in session 3, while the producer was still the limit: a persistent grid with separate K
+// and V rings and FlashAttention-3's pingpong between the consumers (330-340 TFLOP/s).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -86,6 +89,16 @@ struct WgmmaPrefill {
     }
     mbar_init(q_full(), 128);
     mbar_init(q_empty(), 256);
+  }
+
+  // The k-th query block of this CTA (-1: no more): the entry's blocks from the last (under
+  // bottom-right causal the last rows see the most keys) dealt to the gridDim.x CTAs in snake
+  // order, so a grid of half the blocks gives each CTA one long and one short block, and the
+  // producer streams the second block's tiles while the consumers finish the first.
+  static __device__ __forceinline__ int block_at(const Entry& e, int k) {
+    const int nb = (e.q_len + BM - 1) / BM, g = gridDim.x, x = blockIdx.x;
+    const int pos = k * g + ((k & 1) ? g - 1 - x : x);
+    return pos < nb ? nb - 1 - pos : -1;
   }
 
   // The block's key range (the union of its rows' ranges, contiguous because both ends are
@@ -208,8 +221,8 @@ struct WgmmaPrefill {
                  p.table_holds_slots, p.page_size);
     const T* q = static_cast<const T*>(p.q) + static_cast<int64_t>(e.q0) * p.q_st +
                  static_cast<int64_t>(h) * p.q_sh;
-    int it = 0, blk = 0;
-    for (int mb = gridDim.x - 1 - blockIdx.x; mb * BM < e.q_len; mb += gridDim.x, ++blk) {
+    int it = 0;
+    for (int blk = 0, mb; (mb = block_at(e, blk)) >= 0; ++blk) {
       const int row0 = mb * BM;
       const Span sp = span(p, e, row0);
       // Tile 0's table entry, read before the Q copies so its latency overlaps them.
@@ -233,10 +246,12 @@ struct WgmmaPrefill {
         mbar_wait(empty(s), ((it / S) & 1) ^ 1);
         // This warp's keys' offsets, shuffled from the lanes that located them.
         const int nvalid = sp.end - (sp.lo + j * N);
-        copy_rows<CK, N>(k_stage(s), kbase, [&](int r) { return __shfl_sync(~0u, kb.x, r); },
-                         nvalid, warp, lane);
-        copy_rows<CV, N>(v_stage(s), vbase, [&](int r) { return __shfl_sync(~0u, kb.y, r); },
-                         nvalid, warp, lane);
+        copy_rows<CK, N>(
+            k_stage(s), kbase, [&](int r) { return __shfl_sync(~0u, kb.x, r); }, nvalid, warp,
+            lane);
+        copy_rows<CV, N>(
+            v_stage(s), vbase, [&](int r) { return __shfl_sync(~0u, kb.y, r); }, nvalid, warp,
+            lane);
         mbar_arrive_on_copies(full(s));
       }
     }
@@ -252,8 +267,8 @@ struct WgmmaPrefill {
     lm.mul = sk * kLog2e;
     lm.in = CAP ? sk / p.softcap : 0.f;
     lm.out = CAP ? p.softcap * kLog2e : 0.f;
-    int it = 0, blk = 0;
-    for (int mb = gridDim.x - 1 - blockIdx.x; mb * BM < e.q_len; mb += gridDim.x, ++blk) {
+    int it = 0;
+    for (int blk = 0, mb; (mb = block_at(e, blk)) >= 0; ++blk) {
       const int row0 = mb * BM;
       const Span sp = span(p, e, row0);
       Rows rw;
@@ -272,32 +287,89 @@ struct WgmmaPrefill {
       float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
 
       mbar_wait(q_full(), blk & 1);
-      for (int j = 0; j < sp.ntiles; ++j, ++it) {
-        const int s = it % S;
-        const int t0 = sp.lo + j * N;
-        mbar_wait(full(s), (it / S) & 1);
-        // A warpgroup whose rows see none of this tile only frees the stage.
-        if (rw.live && t0 <= rw.r_last.hi && t0 + N - 1 >= rw.r_first.lo) {
+      bool q_held = true;
+      if constexpr (S >= 3) {
+        // Overlap (FlashAttention-3's intra-warpgroup form): S of tile j is issued together with
+        // P V of tile j - 1, tile j's softmax runs while P V does, and tile j - 1's stage is
+        // freed after it (a consumer holds two stages). Tile 0 (S and softmax only) is peeled
+        // off so that every wgmma group sits in straight-line code with its commit and wait.
+        uint32_t pa[N / 16][4];
+        float sacc[1][N / 8][4];
+        float alpha[2];
+        if (sp.ntiles > 0) {
+          const int s = it % S;
+          mbar_wait(full(s), (it / S) & 1);
           // cp.async wrote the stage through the generic proxy; wgmma reads through the async
           // one. (Fencing in the producer instead, after cp.async.wait_group, held each stage
           // back by a tile: mla_prefix_chunk_8x4k 402 -> 326 TFLOP/s with its two stages.)
           fence_proxy_async_smem();
-          float sacc[1][N / 8][4];
           issue_s(sq_addr, s, sacc);
           wgmma_wait<0>();
           reg_fence(sacc[0]);
-          float alpha[2];
-          probs(p, e, rw, t0, warp, lane, lm, sacc, m_run, l_run, alpha);
-          uint32_t pa[N / 16][4];
+          if (sp.ntiles == 1) {  // Q is dead after the last S: the next block's may load
+            mbar_arrive(q_empty());
+            q_held = false;
+          }
+          probs(p, e, rw, sp.lo, warp, lane, lm, sacc, m_run, l_run, alpha);
           to_p(alpha, acc, sacc, pa);
-          issue_pv(s, acc, pa);
+          ++it;
+        }
+        for (int j = 1; j < sp.ntiles; ++j, ++it) {
+          const int s = it % S, ps = (it + S - 1) % S;
+          mbar_wait(full(s), (it / S) & 1);
+          fence_proxy_async_smem();
+          issue_s(sq_addr, s, sacc);
+          issue_pv(ps, acc, pa);
+          wgmma_wait<1>();
+          reg_fence(sacc[0]);
+          if (j == sp.ntiles - 1) {
+            mbar_arrive(q_empty());
+            q_held = false;
+          }
+          probs(p, e, rw, sp.lo + j * N, warp, lane, lm, sacc, m_run, l_run, alpha);
           wgmma_wait<0>();
           reg_fence(acc[0]);
           reg_fence(pa);
+          mbar_arrive(empty(ps));
+          to_p(alpha, acc, sacc, pa);
         }
-        mbar_arrive(empty(s));
+        if (sp.ntiles > 0) {  // the last tile's P V
+          const int ps = (it + S - 1) % S;
+          issue_pv(ps, acc, pa);
+          wgmma_wait<0>();
+          reg_fence(acc[0]);
+          reg_fence(pa);
+          mbar_arrive(empty(ps));
+        }
+      } else {
+        for (int j = 0; j < sp.ntiles; ++j, ++it) {
+          const int s = it % S;
+          const int t0 = sp.lo + j * N;
+          mbar_wait(full(s), (it / S) & 1);
+          // A warpgroup whose rows see none of this tile only frees the stage.
+          if (rw.live && t0 <= rw.r_last.hi && t0 + N - 1 >= rw.r_first.lo) {
+            fence_proxy_async_smem();
+            float sacc[1][N / 8][4];
+            issue_s(sq_addr, s, sacc);
+            wgmma_wait<0>();
+            reg_fence(sacc[0]);
+            if (j == sp.ntiles - 1) {
+              mbar_arrive(q_empty());
+              q_held = false;
+            }
+            float alpha[2];
+            probs(p, e, rw, t0, warp, lane, lm, sacc, m_run, l_run, alpha);
+            uint32_t pa[N / 16][4];
+            to_p(alpha, acc, sacc, pa);
+            issue_pv(s, acc, pa);
+            wgmma_wait<0>();
+            reg_fence(acc[0]);
+            reg_fence(pa);
+          }
+          mbar_arrive(empty(s));
+        }
       }
-      mbar_arrive(q_empty());
+      if (q_held) mbar_arrive(q_empty());
       if (rw.live) store_rows<T, 1, DV>(p, e, h, rw.first + warp * 16, acc, m_run, l_run, lane);
     }
   }
