@@ -72,3 +72,5 @@ cat $LOGS/bench_deterministic.log | tail -8
 echo; echo "== bench table"; cat $OUT/bench/*.md 2>/dev/null | head -40
 echo; echo "== summary"; printf '%s\n' "${summary[@]}" | tee $OUT/summary.txt
 tar czf $OUT/logs.tgz -C $LOGS . && rm -rf $LOGS
+# The device tool brings back only a few files per call: the bench outputs travel as one archive.
+[[ -d $OUT/bench ]] && tar czf $OUT/bench.tgz -C $OUT bench && rm -rf $OUT/bench
