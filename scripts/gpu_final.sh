@@ -40,9 +40,12 @@ step() {  # name, timeout, command...
 for t in $TESTS; do step $t 120 $BIN/$t; done
 # The sm80 (mma.sync) prefill kernel on the same cases, which the Hopper path otherwise takes.
 step cuda_test_prefill_mma 120 env FLASHBACK_PREFILL_KERNEL=mma $BIN/cuda_test_prefill
+# The Hopper kernel with two query blocks per CTA forced (the tests' grids are too small for the
+# automatic choice to pair them).
+step cuda_test_prefill_pairs 120 env FLASHBACK_PREFILL_PAIRS=1 $BIN/cuda_test_prefill
 step memcheck_decode 45 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda_test_decode \
   --gtest_filter='CudaDecode.Splits:CudaDecode.TableRowsAndKvStart'
-step memcheck_prefill 60 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda_test_prefill \
+step memcheck_prefill 60 env FLASHBACK_PREFILL_PAIRS=1 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda_test_prefill \
   --gtest_filter='CudaPrefill.Variants:CudaRagged.MlaChunkedPrefixShapes'
 step memcheck_backend 45 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda_test_backend_cuda
 if [[ -n ${NCU:-} ]]; then  # one launch of each hot kernel under Nsight Compute (clocks untouched)

@@ -3,6 +3,8 @@
 // grid and calls the generated instance for (head dims, q dtype).
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -77,31 +79,56 @@ void check_grid(int64_t batch, int64_t heads_q) {
 
 }  // namespace
 
+// What the launch asks of the current device, read from the runtime once per device: its SM
+// count and whether it runs sm_90a code (compute capability 9.0).
+struct DeviceFacts {
+  int sms = 0;
+  bool cc90 = false;
+};
+static DeviceFacts device_facts() {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cache[kMaxDevices];  // 0: not read yet, else (sms << 1) | cc90
+  int dev = 0;
+  FLASHBACK_CUDA_CHECK(cudaGetDevice(&dev));
+  int v = dev < kMaxDevices ? cache[dev].load(std::memory_order_relaxed) : 0;
+  if (v == 0) {
+    int major = 0, minor = 0, sms = 0;
+    FLASHBACK_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    FLASHBACK_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    FLASHBACK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    v = (std::max(sms, 1) << 1) | (major == 9 && minor == 0 ? 1 : 0);
+    if (dev < kMaxDevices) cache[dev].store(v, std::memory_order_relaxed);
+  }
+  return {v >> 1, (v & 1) != 0};
+}
+
 bool wgmma_available() {
 #ifdef FLASHBACK_SM90A
   static const bool forced_mma = [] {
     const char* v = std::getenv("FLASHBACK_PREFILL_KERNEL");
     return v != nullptr && std::string(v) == "mma";
   }();
-  if (forced_mma) return false;
-  int dev = 0, major = 0, minor = 0;
-  FLASHBACK_CUDA_CHECK(cudaGetDevice(&dev));
-  FLASHBACK_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  FLASHBACK_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  return major == 9 && minor == 0;  // sm_90a code runs on compute capability 9.0 only
+  return !forced_mma && device_facts().cc90;  // sm_90a code runs on compute capability 9.0 only
 #else
   return false;
 #endif
 }
 
-int wgmma_grid_x(int m_blocks) {
+int wgmma_grid_x(const PrefillParams& p) {
   // Two query blocks per CTA (wgmma_kernel.cuh, block_at): the second block's K/V tiles stream
-  // in while the consumers finish the first. FLASHBACK_PREFILL_PAIRS=0: one block per CTA.
-  static const bool pairs = [] {
+  // in while the consumers finish the first. Only where the halved grid still covers every SM
+  // twice; a smaller grid keeps one block per CTA so that no SM idles.
+  // FLASHBACK_PREFILL_PAIRS=0: never pair; =1: always (the tests' small grids, for coverage).
+  static const int mode = [] {
     const char* v = std::getenv("FLASHBACK_PREFILL_PAIRS");
-    return v == nullptr || std::string(v) != "0";
+    const std::string s = v != nullptr ? v : "";
+    return s == "0" ? 0 : s == "1" ? 1 : -1;
   }();
-  return pairs ? (m_blocks + 1) / 2 : m_blocks;
+  const int half = (p.m_blocks + 1) / 2;
+  if (mode == 0 || p.m_blocks < 2) return p.m_blocks;
+  if (mode == 1) return half;
+  const int64_t ctas = static_cast<int64_t>(half) * p.heads_q * p.batch;
+  return ctas >= 2 * static_cast<int64_t>(device_facts().sms) ? half : p.m_blocks;
 }
 
 std::string built_instances() {

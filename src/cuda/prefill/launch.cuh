@@ -34,7 +34,7 @@ void launch_kv(const PrefillParams& p, KvKind kv, cudaStream_t stream) {
 /// 9.0), unless the environment sets FLASHBACK_PREFILL_KERNEL=mma (launch.cu).
 bool wgmma_available();
 /// CTAs along the query blocks for the Hopper kernel (launch.cu).
-int wgmma_grid_x(int m_blocks);
+int wgmma_grid_x(const PrefillParams& p);
 
 // The Hopper kernel (wgmma_kernel.cuh) takes the shapes it is built for with 16-bit caches.
 template <int D, int DV>
@@ -45,7 +45,7 @@ bool uses_wgmma(KvKind kv) {
 template <int D, int DV, typename T>
 void launch_wgmma(const PrefillParams& p, cudaStream_t stream) {
   using Cfg = WgmmaConfig<D, DV>;
-  const dim3 grid(wgmma_grid_x(p.m_blocks), p.heads_q, p.batch);
+  const dim3 grid(wgmma_grid_x(p), p.heads_q, p.batch);
   if (p.softcap > 0.f)
     launch_with_smem(prefill_wgmma_kernel<Cfg, T, true>, grid, Cfg::THREADS, Cfg::SMEM_BYTES,
                      stream, p, "prefill_wgmma_kernel");

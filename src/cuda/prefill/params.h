@@ -40,7 +40,7 @@ struct PrefillParams {
   int64_t lse_st = 0, lse_sh = 0;
 
   int batch = 0, heads_q = 0, group = 1, page_size = 1;
-  int m_blocks = 1;  // CTAs along the queries of one (entry, head); longer entries loop
+  int m_blocks = 1;  // query blocks of the longest entry (a hint; longer entries loop)
   float scale = 0, softcap = 0;
   bool causal = true;
   int window_left = -1, window_right = -1;

@@ -1,6 +1,6 @@
 // The Hopper path of the long-query attention kernel (sm_90a): the same work as kernel.cuh
-// (one CTA = a block of BM queries of one q head of one entry; bottom-right causal, window,
-// softcap, LSE, paged or ragged K/V, 16-bit caches), on warpgroup MMA.
+// (blocks of BM queries of one q head of one entry, dealt to CTAs by block_at; bottom-right
+// causal, window, softcap, LSE, paged or ragged K/V, 16-bit caches), on warpgroup MMA.
 //
 // Warp-specialised, as FlashAttention-3 does. Warpgroup 2 is the producer: per 128-key tile,
 // thread t reads key t's table entry (a tile ahead), then its warps copy K and V rows with
@@ -42,7 +42,7 @@ struct WgmmaConfig {
   static constexpr int D = D_, DV = DV_;
   static constexpr bool kBuilt = DV == 128 && D % 64 == 0 && D <= 192;
   static constexpr int N = 128;   // keys per tile: one per producer thread
-  static constexpr int BM = 128;  // query rows per CTA: 64 per consumer warpgroup
+  static constexpr int BM = 128;  // query rows per block: 64 per consumer warpgroup
   static constexpr int THREADS = 384;
   static constexpr int CK = D * 2 / 16, CV = DV * 2 / 16;  // 16-byte chunks per K / V row
   static constexpr int Q_BYTES = BM * D * 2;
@@ -53,8 +53,8 @@ struct WgmmaConfig {
   static constexpr int smem_for(int stages) {
     return 1024 + Q_BYTES + stages * STAGE_BYTES + 8 * (2 * stages + 2);
   }
-  // As many stages as fit (3 for 128/128, 2 for 192/128). The consumers are the slower side:
-  // 2 and 3 stages measured the same on the H200 (prefill_1x16k 410 / 405 TFLOP/s).
+  // As many stages as fit (3 for 128/128, 2 for 192/128). The consumers' S / P V overlap needs
+  // three (a consumer holds two stages); with two they run S, softmax, P V in sequence.
   static constexpr int STAGES = smem_for(3) <= 227 * 1024 ? 3 : 2;
   static constexpr int SMEM_BYTES = smem_for(STAGES);
   static constexpr int PRODUCER_REGS = 56, CONSUMER_REGS = 224;  // 128 x 56 + 256 x 224 <= 64K
@@ -93,8 +93,9 @@ struct WgmmaPrefill {
 
   // The k-th query block of this CTA (-1: no more): the entry's blocks from the last (under
   // bottom-right causal the last rows see the most keys) dealt to the gridDim.x CTAs in snake
-  // order, so a grid of half the blocks gives each CTA one long and one short block, and the
-  // producer streams the second block's tiles while the consumers finish the first.
+  // order, so a grid of half the blocks gives each CTA one long and one short block (a grid of
+  // fewer CTAs, from a short max_seqlen_q hint, gives some more), and the producer streams the
+  // next block's tiles while the consumers finish the current one.
   static __device__ __forceinline__ int block_at(const Entry& e, int k) {
     const int nb = (e.q_len + BM - 1) / BM, g = gridDim.x, x = blockIdx.x;
     const int pos = k * g + ((k & 1) ? g - 1 - x : x);
@@ -116,8 +117,10 @@ struct WgmmaPrefill {
   // Copies rows 32 warp + [0, 32) of a swizzled block of R rows at `dst` (C 16-byte chunks per
   // row; rows from `nvalid` on are zero-filled) in 128-byte pieces: lane l takes chunk l % 8 of
   // rows 4 i + l / 8, so one instruction reads four whole 128-byte segments and writes four
-  // swizzled rows (all 32 banks once per 128 bytes). Row 4 i + l / 8 comes from src + off(i, row
-  // in the warp) (an offset of 0 for a zero-filled row keeps the address valid). The row has
+  // swizzled rows (all 32 banks once per 128 bytes). Row r = 4 i + l / 8 of the warp comes from
+  // src + off(r) (an offset of 0 for a zero-filled row keeps the address valid). `dst` is
+  // 1024-byte aligned (every Q and stage block is), so bits 4-6 of an address are the swizzled
+  // chunk and the XOR below flips only them. The row has
   // (row & 7) = 4 (i & 1) + l / 8, so the destination's swizzle depends only on the lane and
   // i % 2, and every address past `off` is a constant offset. (The first form spent ~24
   // instructions per 16-byte copy on index and swizzle arithmetic, and the producer could not
@@ -288,7 +291,16 @@ struct WgmmaPrefill {
 
       mbar_wait(q_full(), blk & 1);
       bool q_held = true;
-      if constexpr (S >= 3) {
+      if (!rw.live) {
+        // No real query in this warpgroup's 64 rows (a short entry or a block's tail): keep the
+        // stage barriers in step (a wait on `full` before each `empty` arrival, so no arrival
+        // counts toward a fill it did not see) and skip the MMAs.
+        for (int j = 0; j < sp.ntiles; ++j, ++it) {
+          const int s = it % S;
+          mbar_wait(full(s), (it / S) & 1);
+          mbar_arrive(empty(s));
+        }
+      } else if constexpr (S >= 3) {
         // Overlap (FlashAttention-3's intra-warpgroup form): S of tile j is issued together with
         // P V of tile j - 1, tile j's softmax runs while P V does, and tile j - 1's stage is
         // freed after it (a consumer holds two stages). Tile 0 (S and softmax only) is peeled
