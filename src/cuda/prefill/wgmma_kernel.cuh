@@ -33,6 +33,7 @@
 #include "cuda/common/mbarrier.cuh"
 #include "cuda/common/paged.cuh"
 #include "cuda/common/wgmma.cuh"
+#include "cuda/prefill/blocks.h"
 #include "cuda/prefill/kernel.cuh"
 
 namespace flashback::cuda::prefill {
@@ -91,15 +92,12 @@ struct WgmmaPrefill {
     mbar_init(q_empty(), 256);
   }
 
-  // The k-th query block of this CTA (-1: no more): the entry's blocks from the last (under
-  // bottom-right causal the last rows see the most keys) dealt to the gridDim.x CTAs in snake
-  // order, so a grid of half the blocks gives each CTA one long and one short block (a grid of
-  // fewer CTAs, from a short max_seqlen_q hint, gives some more), and the producer streams the
-  // next block's tiles while the consumers finish the current one.
+  // The k-th query block of this CTA (-1: no more), in snake order from the last block
+  // (blocks.h): a grid of half the blocks gives each CTA one long and one short block, and the
+  // producer streams the next block's tiles while the consumers finish the current one.
   static __device__ __forceinline__ int block_at(const Entry& e, int k) {
-    const int nb = (e.q_len + BM - 1) / BM, g = gridDim.x, x = blockIdx.x;
-    const int pos = k * g + ((k & 1) ? g - 1 - x : x);
-    return pos < nb ? nb - 1 - pos : -1;
+    return snake_block(k, (e.q_len + BM - 1) / BM, static_cast<int>(gridDim.x),
+                       static_cast<int>(blockIdx.x));
   }
 
   // The block's key range (the union of its rows' ranges, contiguous because both ends are
