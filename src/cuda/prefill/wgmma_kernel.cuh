@@ -174,6 +174,13 @@ struct WgmmaPrefill {
       wgmma_rs_n128<T>(acc[0], pa[kk], sw128_desc(v_addr + kk * 16 * 128, N * 128, 1024));
     wgmma_commit();
   }
+  // Waits for every wgmma group of the warpgroup; O and P stay pinned until then.
+  static __device__ __forceinline__ void wait_all(float (&acc)[1][DV / 8][4],
+                                                  uint32_t (&pa)[N / 16][4]) {
+    wgmma_wait<0>();
+    reg_fence(acc[0]);
+    reg_fence(pa);
+  }
   // Softmax of the tile of keys [t0, t0 + N) (S done), O's rescale factors into alpha.
   static __device__ __forceinline__ void probs(const PrefillParams& p, const Entry& e,
                                                const Rows& rw, int t0, int warp, int lane,
@@ -337,18 +344,14 @@ struct WgmmaPrefill {
             q_held = false;
           }
           probs(p, e, rw, sp.lo + j * N, warp, lane, lm, sacc, m_run, l_run, alpha);
-          wgmma_wait<0>();
-          reg_fence(acc[0]);
-          reg_fence(pa);
+          wait_all(acc, pa);
           mbar_arrive(empty(ps));
           to_p(alpha, acc, sacc, pa);
         }
         if (sp.ntiles > 0) {  // the last tile's P V
           const int ps = (it + S - 1) % S;
           issue_pv(ps, acc, pa);
-          wgmma_wait<0>();
-          reg_fence(acc[0]);
-          reg_fence(pa);
+          wait_all(acc, pa);
           mbar_arrive(empty(ps));
         }
       } else {
@@ -372,9 +375,7 @@ struct WgmmaPrefill {
             uint32_t pa[N / 16][4];
             to_p(alpha, acc, sacc, pa);
             issue_pv(s, acc, pa);
-            wgmma_wait<0>();
-            reg_fence(acc[0]);
-            reg_fence(pa);
+            wait_all(acc, pa);
           }
           mbar_arrive(empty(s));
         }
