@@ -11,8 +11,9 @@
 // P straight from the S registers as the A operand, then the stage is freed on its `empty`
 // mbarrier. With three stages a consumer issues S of tile j together with P V of tile j - 1 and
 // runs the softmax while P V does; the two consumers are not in lockstep either, so one's
-// softmax also overlaps the other's MMAs. Each CTA takes two query blocks (a long and a short
-// one, block_at), so the second block's tiles stream in while the first block finishes.
+// softmax also overlaps the other's MMAs. Where the grid is large enough (launch.cu,
+// wgmma_grid_x) each CTA takes two query blocks, a long and a short one (block_at), so the
+// second block's tiles stream in while the first block finishes.
 // Registers move from the producer to the consumers with setmaxnreg.
 //
 // Built only for (D, 128) with D a multiple of 64 up to 192 (128/128 and the MLA chunked-prefix
