@@ -296,7 +296,16 @@ struct WgmmaPrefill {
       float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
 
       mbar_wait(q_full(), blk & 1);
+      // Q is dead after the block's last S: releasing it then lets the next block's Q load
+      // while this block finishes. `done_with_q(j)` after tile j's S; a warpgroup that never
+      // ran the last S releases Q after the loop.
       bool q_held = true;
+      auto done_with_q = [&](int j) {
+        if (j == sp.ntiles - 1) {
+          mbar_arrive(q_empty());
+          q_held = false;
+        }
+      };
       if (!rw.live) {
         // No real query in this warpgroup's 64 rows (a short entry or a block's tail): keep the
         // stage barriers in step (a wait on `full` before each `empty` arrival, so no arrival
@@ -324,10 +333,7 @@ struct WgmmaPrefill {
           issue_s(sq_addr, s, sacc);
           wgmma_wait<0>();
           reg_fence(sacc[0]);
-          if (sp.ntiles == 1) {  // Q is dead after the last S: the next block's may load
-            mbar_arrive(q_empty());
-            q_held = false;
-          }
+          done_with_q(0);
           probs(p, e, rw, sp.lo, warp, lane, lm, sacc, m_run, l_run, alpha);
           to_p(alpha, acc, sacc, pa);
           ++it;
@@ -340,10 +346,7 @@ struct WgmmaPrefill {
           issue_pv(ps, acc, pa);
           wgmma_wait<1>();
           reg_fence(sacc[0]);
-          if (j == sp.ntiles - 1) {
-            mbar_arrive(q_empty());
-            q_held = false;
-          }
+          done_with_q(j);
           probs(p, e, rw, sp.lo + j * N, warp, lane, lm, sacc, m_run, l_run, alpha);
           wait_all(acc, pa);
           mbar_arrive(empty(ps));
@@ -367,10 +370,7 @@ struct WgmmaPrefill {
             issue_s(sq_addr, s, sacc);
             wgmma_wait<0>();
             reg_fence(sacc[0]);
-            if (j == sp.ntiles - 1) {
-              mbar_arrive(q_empty());
-              q_held = false;
-            }
+            done_with_q(j);
             float alpha[2];
             probs(p, e, rw, t0, warp, lane, lm, sacc, m_run, l_run, alpha);
             uint32_t pa[N / 16][4];
