@@ -4,13 +4,13 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "cuda/common/check.cuh"
 #include "cuda/common/dtype.cuh"
 #include "cuda/decode/launch.h"
+#include "cuda/device_facts.h"
 #include "cuda/dispatch.h"
 #include "cuda/merge/merge.h"
 #include "cuda/plan/split_plan.h"
@@ -64,17 +64,6 @@ class DeviceGuard {
  private:
   int prev_ = 0;
 };
-
-int sm_count(int device) {
-  static std::mutex mu;
-  static std::vector<int> cache;
-  std::lock_guard<std::mutex> lock(mu);
-  if (device >= static_cast<int>(cache.size())) cache.resize(device + 1, 0);
-  if (cache[device] == 0)
-    FLASHBACK_CUDA_CHECK(
-        cudaDeviceGetAttribute(&cache[device], cudaDevAttrMultiProcessorCount, device));
-  return cache[device];
-}
 
 void expect_aligned16(const TensorView& t, const char* name) {
   const int64_t eb = dtype_size(t.dtype);
@@ -142,8 +131,9 @@ Resolved resolve(const PagedAttentionParams& p, const detail::PagedShape& s, con
                   std::to_string(s.heads_kv * row_blocks));
 
   const int64_t max_keys = p.table_holds_slots ? s.table_width : s.table_width * s.page_size;
-  const SplitPlan plan = plan_splits(s.batch * s.heads_kv * row_blocks, max_keys,
-                                     sm_count(s.device.index), p.num_splits, exec.deterministic);
+  const SplitPlan plan =
+      plan_splits(s.batch * s.heads_kv * row_blocks, max_keys, device_facts(s.device.index).sms,
+                  p.num_splits, exec.deterministic);
   if (plan.use_workspace) {
     const int64_t rows_all = int64_t{plan.num_splits} * s.total_q * s.heads_q;
     r.ws_o_bytes = (rows_all * s.head_dim_v * 4 + 255) / 256 * 256;

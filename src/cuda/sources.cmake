@@ -43,6 +43,7 @@ endforeach()
 file(CONFIGURE OUTPUT ${_fb_cuda_gen}/flashback_cuda_instances.inc CONTENT "${_fb_cuda_list}")
 
 target_sources(flashback PRIVATE
+  ${_fb_cuda_src}/device_facts.cu
   ${_fb_cuda_src}/dispatch.cu
   ${_fb_cuda_src}/memory.cu
   ${_fb_cuda_src}/decode/combine.cu

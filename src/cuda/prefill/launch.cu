@@ -3,14 +3,13 @@
 // grid and calls the generated instance for (head dims, q dtype).
 #include <cuda_runtime.h>
 
-#include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "cuda/common/check.cuh"
 #include "cuda/common/dtype.cuh"
+#include "cuda/device_facts.h"
 #include "cuda/prefill/make_params.h"
 #include "cuda/prefill/params.h"
 #include "cuda/prefill/prefill.h"
@@ -79,36 +78,14 @@ void check_grid(int64_t batch, int64_t heads_q) {
 
 }  // namespace
 
-// What the launch asks of the current device, read from the runtime once per device: its SM
-// count and whether it runs sm_90a code (compute capability 9.0).
-struct DeviceFacts {
-  int sms = 0;
-  bool cc90 = false;
-};
-static DeviceFacts device_facts() {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> cache[kMaxDevices];  // 0: not read yet, else (sms << 1) | cc90
-  int dev = 0;
-  FLASHBACK_CUDA_CHECK(cudaGetDevice(&dev));
-  int v = dev < kMaxDevices ? cache[dev].load(std::memory_order_relaxed) : 0;
-  if (v == 0) {
-    int major = 0, minor = 0, sms = 0;
-    FLASHBACK_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    FLASHBACK_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-    FLASHBACK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    v = (std::max(sms, 1) << 1) | (major == 9 && minor == 0 ? 1 : 0);
-    if (dev < kMaxDevices) cache[dev].store(v, std::memory_order_relaxed);
-  }
-  return {v >> 1, (v & 1) != 0};
-}
-
 bool wgmma_available() {
 #ifdef FLASHBACK_SM90A
   static const bool forced_mma = [] {
     const char* v = std::getenv("FLASHBACK_PREFILL_KERNEL");
     return v != nullptr && std::string(v) == "mma";
   }();
-  return !forced_mma && device_facts().cc90;  // sm_90a code runs on compute capability 9.0 only
+  const DeviceFacts f = device_facts();
+  return !forced_mma && f.cc_major == 9 && f.cc_minor == 0;  // sm_90a code runs on 9.0 only
 #else
   return false;
 #endif
