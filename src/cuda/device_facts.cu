@@ -21,6 +21,9 @@ DeviceFacts device_facts(int device) {
     FLASHBACK_CUDA_CHECK(
         cudaDeviceGetAttribute(&f.cc_minor, cudaDevAttrComputeCapabilityMinor, device));
     FLASHBACK_CUDA_CHECK(cudaDeviceGetAttribute(&f.sms, cudaDevAttrMultiProcessorCount, device));
+#ifdef FLASHBACK_SM90A
+    f.sm90a = f.cc_major == 9 && f.cc_minor == 0;
+#endif
   }
   return f;
 }

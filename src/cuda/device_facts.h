@@ -1,6 +1,6 @@
 // What the host side asks of a CUDA device on every call (SM count, compute capability), read
 // from the runtime once per device: split planning (dispatch.cu) and the choice and grid of the
-// Hopper prefill kernel (prefill/launch.cu) share it.
+// Hopper kernels (prefill/launch.cu, the MLA decode choice in dispatch.cu) share it.
 #pragma once
 
 namespace flashback::cuda {
@@ -8,6 +8,9 @@ namespace flashback::cuda {
 struct DeviceFacts {
   int sms = 0;  // streaming multiprocessors
   int cc_major = 0, cc_minor = 0;
+  // This library holds sm_90a code (the Hopper wgmma kernels) and the device runs it: sm_90a
+  // code runs on compute capability 9.0 only.
+  bool sm90a = false;
 };
 
 /// The facts of device `device`, or of the current device when `device` < 0.

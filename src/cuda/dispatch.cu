@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -65,10 +66,15 @@ class DeviceGuard {
   int prev_ = 0;
 };
 
-void expect_aligned16(const TensorView& t, const char* name) {
+bool aligned16(const TensorView& t) {
   const int64_t eb = dtype_size(t.dtype);
   bool ok = reinterpret_cast<uintptr_t>(t.data) % 16 == 0;
   for (int d = 0; d + 1 < t.ndim; ++d) ok = ok && (t.strides[d] * eb) % 16 == 0;
+  return ok;
+}
+
+void expect_aligned16(const TensorView& t, const char* name) {
+  const bool ok = aligned16(t);
   FLASHBACK_CHECK(ok, name, "16-byte aligned rows on CUDA (base pointer and strides)",
                   concat("pointer ", t.data, ", shape ", t.shape_str()));
 }
@@ -130,10 +136,20 @@ Resolved resolve(const PagedAttentionParams& p, const detail::PagedShape& s, con
   FLASHBACK_CHECK(s.heads_kv * row_blocks <= 65535, "k_cache", "fewer KV heads x row blocks",
                   std::to_string(s.heads_kv * row_blocks));
 
+  // MLA absorbed (64 + 512) with 16-bit caches runs on the Hopper kernel (mla_wgmma.cuh) where
+  // this build and the device allow it and q's rows can be copied in 16-byte pieces;
+  // FLASHBACK_DECODE_KERNEL=mma keeps kernel.cuh's (tests and A/B timing on a Hopper GPU).
+  static const bool forced_mma = [] {
+    const char* v = std::getenv("FLASHBACK_DECODE_KERNEL");
+    return v != nullptr && std::string(v) == "mma";
+  }();
+  const DeviceFacts facts = device_facts(s.device.index);
+  r.dp.hopper_mla = qv && s.head_dim == 64 && s.head_dim_v == 512 && r.kv == KvKind::kSame &&
+                    facts.sm90a && !forced_mma && aligned16(p.q) && aligned16(p.qv);
   const int64_t max_keys = p.table_holds_slots ? s.table_width : s.table_width * s.page_size;
-  const SplitPlan plan =
-      plan_splits(s.batch * s.heads_kv * row_blocks, max_keys, device_facts(s.device.index).sms,
-                  p.num_splits, exec.deterministic);
+  const SplitPlan plan = plan_splits(s.batch * s.heads_kv * row_blocks, max_keys, facts.sms,
+                                     p.num_splits, exec.deterministic,
+                                     r.dp.hopper_mla ? SplitRule::kOneWave : SplitRule::kManyWaves);
   if (plan.use_workspace) {
     const int64_t rows_all = int64_t{plan.num_splits} * s.total_q * s.heads_q;
     r.ws_o_bytes = (rows_all * s.head_dim_v * 4 + 255) / 256 * 256;

@@ -265,6 +265,40 @@ TEST(CudaDecode, MlaAbsorbed) {
     }
 }
 
+// The edges of the Hopper MLA kernel (mla_wgmma.cuh; it takes 16-bit MLA on an sm_90a build
+// and a 9.0 device, and FLASHBACK_DECODE_KERNEL=mma runs the same cases on kernel.cuh): its
+// 64-key tiles and their boundaries (63, 64, 65, 127, 129 keys), page sizes 1 and 16, MTP rows
+// spilling into a second 64-row block (32 heads x 3 queries), forced splits, the deterministic
+// mode, a window, softcap and fp16.
+TEST(CudaDecode, MlaAbsorbedVariants) {
+  for (int P : {1, 16}) {
+    AttentionCase c = decode_case(64, 32, 1, P, {0, 1, 63, 64, 65, 127, 129, 1000});
+    c.name = "mla tiles";
+    c.mla = true;
+    c.head_dim_v = 512;
+    c.q_lens = {1, 1, 2, 1, 3, 1, 2, 1};
+    check(c);
+    c.name = "mla num_splits 3";
+    check(c, {}, [](PagedData& d) { d.params.num_splits = 3; });
+    if (P == 1) continue;
+    Exec det;
+    det.deterministic = true;
+    c.name = "mla deterministic";
+    check(c, det);
+    c.name = "mla window";
+    c.window_left = 100;
+    check(c);
+    c.window_left = -1;
+    c.name = "mla softcap";
+    c.softcap = 30.f;
+    check(c);
+    c.softcap = 0.f;
+    c.name = "mla fp16";
+    c.dtype = c.kv_dtype = DType::kF16;
+    check(c);
+  }
+}
+
 // MLA absorbed attention with more than 16 queries per entry (EXTEND over a cached prefix, and
 // a prefill from scratch) runs on the same MLA instance, its 64-row blocks covering every
 // (query, head) row; with no max_seqlen_q hint the bound is total_q.

@@ -47,6 +47,14 @@ __device__ __forceinline__ float from_float(float x) {
   return x;
 }
 
+/// Two floats as two 16-bit values of type T packed in a uint32 (low half first): an MMA
+/// fragment register.
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float a, float b) {
+  T x[2] = {from_float<T>(a), from_float<T>(b)};
+  return *reinterpret_cast<const uint32_t*>(x);
+}
+
 // Two fp8 values (low byte first) to two 16-bit values of type T, packed in a uint32. Exact:
 // every e4m3 and e5m2 value is representable in both fp16 and bf16.
 template <typename T, KvKind K>

@@ -47,6 +47,14 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
+/// Named barrier `id` (1..15; 0 is __syncthreads) across `threads` threads (a multiple of 32):
+/// synchronises a subset of the CTA's warps, e.g. the consumer warpgroups without the producer.
+template <int ID, int THREADS>
+__device__ __forceinline__ void named_barrier_sync() {
+  static_assert(ID >= 1 && ID < 16 && THREADS % 32 == 0, "named barrier id / thread count");
+  asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "n"(THREADS) : "memory");
+}
+
 /// Register hand-over between warpgroups (sm_90a; needs a register cap at kernel entry, i.e.
 /// __launch_bounds__(threads, 1)). Each warpgroup's role must be one branch of an if/else.
 template <int REGS>

@@ -38,6 +38,19 @@ __device__ __forceinline__ uint64_t sw128_desc(uint32_t smem_byte_addr, uint32_t
          (static_cast<uint64_t>((sbo & 0x3FFFF) >> 4) << 32) | (1ull << 62);
 }
 
+/// sw128_desc split for cheap k-stepping, with sbo = 1024: sw128_desc_lo(addr, lbo) once per
+/// tile, then sw128_desc_at(lo, offset) per MMA. The offset (bytes, a multiple of 16) only adds
+/// to the address field, which cannot carry out while the address stays inside the 256 KB shared
+/// window; with a constant offset that is one integer add per descriptor (building each
+/// descriptor from scratch cost ~6 instructions, ~13 per MMA with both operands: the MLA decode
+/// kernel's 36-step S chain was issue-bound on them).
+__device__ __forceinline__ uint32_t sw128_desc_lo(uint32_t smem_byte_addr, uint32_t lbo) {
+  return ((smem_byte_addr & 0x3FFFF) >> 4) | (((lbo & 0x3FFFF) >> 4) << 16);
+}
+__device__ __forceinline__ uint64_t sw128_desc_at(uint32_t lo, uint32_t offset) {
+  return (static_cast<uint64_t>((1024u >> 4) | (1u << 30)) << 32) | (lo + (offset >> 4));
+}
+
 __device__ __forceinline__ void wgmma_fence() {
 #ifdef FLASHBACK_WGMMA
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -95,9 +108,9 @@ __device__ __forceinline__ void reg_fence(uint32_t (&r)[U][4]) {
       "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]),             \
       "+f"(d[15][2]), "+f"(d[15][3])
 
-/// d (+)= A B for a 64 x 128 x 16 step, A (K-major) and B (K-major) from shared memory.
-/// accumulate = false overwrites d.
-template <typename T>
+/// d (+)= A B for a 64 x 128 x 16 step, A (K-major) and B from shared memory: B K-major, or
+/// MN-major when B_MN (V for O = P V). accumulate = false overwrites d.
+template <typename T, bool B_MN = false>
 __device__ __forceinline__ void wgmma_ss_n128(float (&d)[16][4], uint64_t a, uint64_t b,
                                               bool accumulate) {
 #ifdef FLASHBACK_WGMMA
@@ -105,19 +118,51 @@ __device__ __forceinline__ void wgmma_ss_n128(float (&d)[16][4], uint64_t a, uin
     asm volatile(
         "{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
         " wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " FLASHBACK_WG_D128
-        ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+        ", %64, %65, p, 1, 1, 0, %67;\n}\n"
         : FLASHBACK_WG_ACC128
-        : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
+        : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)), "n"(B_MN ? 1 : 0));
   } else {
     asm volatile(
         "{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
         " wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " FLASHBACK_WG_D128
-        ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+        ", %64, %65, p, 1, 1, 0, %67;\n}\n"
         : FLASHBACK_WG_ACC128
+        : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)), "n"(B_MN ? 1 : 0));
+  }
+#endif
+}
+
+// The 16 fp32 accumulators of an m64n32 tile (4 n8 blocks of 4, layout as above).
+#define FLASHBACK_WG_D32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+#define FLASHBACK_WG_ACC32                                                                      \
+  "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),     \
+      "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), \
+      "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
+
+/// d (+)= A B for a 64 x 32 x 16 step, A and B K-major from shared memory.
+template <typename T>
+__device__ __forceinline__ void wgmma_ss_n32(float (&d)[4][4], uint64_t a, uint64_t b,
+                                             bool accumulate) {
+#ifdef FLASHBACK_WGMMA
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %18, 0;\n"
+        " wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " FLASHBACK_WG_D32
+        ", %16, %17, p, 1, 1, 0, 0;\n}\n"
+        : FLASHBACK_WG_ACC32
+        : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
+  } else {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %18, 0;\n"
+        " wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 " FLASHBACK_WG_D32
+        ", %16, %17, p, 1, 1, 0, 0;\n}\n"
+        : FLASHBACK_WG_ACC32
         : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
   }
 #endif
 }
+#undef FLASHBACK_WG_D32
+#undef FLASHBACK_WG_ACC32
 
 /// d += A B for a 64 x 128 x 16 step, A from registers (the mma.sync m16n8k16 A fragment of the
 /// warp's 16 rows) and B MN-major from shared memory.

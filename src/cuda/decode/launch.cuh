@@ -8,6 +8,7 @@
 #include "cuda/common/launch.cuh"
 #include "cuda/decode/kernel.cuh"
 #include "cuda/decode/launch.h"
+#include "cuda/decode/mla_wgmma.cuh"
 #include "cuda/decode/warp_keys.cuh"
 
 namespace flashback::cuda {
@@ -29,6 +30,19 @@ void launch_decode_wk(const DecodeParams& p, cudaStream_t stream) {
                    Cfg::SMEM_BYTES, stream, p, "decode_wk_kernel");
 }
 
+// MLA absorbed on Hopper (mla_wgmma.cuh); softcap is a kernel variant.
+template <typename T>
+void launch_mla_wgmma(const DecodeParams& p, cudaStream_t stream) {
+  using Cfg = MlaWgmmaConfig;
+  const dim3 grid(p.num_splits, p.heads_kv * p.row_blocks, p.batch);
+  if (p.softcap > 0.f)
+    launch_with_smem(mla_wgmma_kernel<T, true>, grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream, p,
+                     "mla_wgmma_kernel");
+  else
+    launch_with_smem(mla_wgmma_kernel<T, false>, grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream, p,
+                     "mla_wgmma_kernel");
+}
+
 template <int D, int DV, bool QV, typename T, int MT>
 void launch_decode_mt(const DecodeParams& p, KvKind kv, cudaStream_t stream) {
   switch (kv) {
@@ -43,6 +57,11 @@ void launch_decode_mt(const DecodeParams& p, KvKind kv, cudaStream_t stream) {
 
 template <int D, int DV, bool QV, typename T>
 void launch_decode(const DecodeParams& p, int m_tiles, KvKind kv, cudaStream_t stream) {
+  if constexpr (QV && D == MlaWgmmaConfig::D && DV == MlaWgmmaConfig::DV) {
+    // Rows per CTA: the host's row blocks are 16 * m_tiles rows, and with m_tiles = 1 all rows
+    // fit one block, so 64-row blocks cover the same grid.
+    if (p.hopper_mla && kv == KvKind::kSame) return launch_mla_wgmma<T>(p, stream);
+  }
   if constexpr (!QV && DV <= 256) {
     if (m_tiles == 1) {
       if (kv == KvKind::kSame) return launch_decode_wk<D, DV, T, KvKind::kSame>(p, stream);

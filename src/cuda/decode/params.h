@@ -42,6 +42,9 @@ struct DecodeParams {
   float* ws_o = nullptr;
   float* ws_lse = nullptr;
   bool use_workspace = false;
+  // MLA absorbed with 16-bit caches on an sm_90a build and a 9.0 device: the Hopper kernel
+  // (mla_wgmma.cuh) instead of kernel.cuh's (dispatch.cu decides).
+  bool hopper_mla = false;
 
   int batch = 0, heads_q = 0, heads_kv = 0, group = 1, page_size = 1, total_q = 0;
   int max_q = 1;        // queries per entry the grid covers (the rows of row_blocks)

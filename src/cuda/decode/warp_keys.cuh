@@ -36,12 +36,6 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* ptr)
                : "r"(smem_addr(ptr)));
 }
 
-template <typename T>
-__device__ __forceinline__ uint32_t pack2(float a, float b) {
-  T x[2] = {from_float<T>(a), from_float<T>(b)};
-  return *reinterpret_cast<const uint32_t*>(x);
-}
-
 // FP8 caches run the tensor cores in fp16 whatever q's type: every e4m3 / e5m2 value is an
 // fp16 value, one cvt widens two of them (to bf16 it takes four instructions), and q is
 // brought into fp16's range by a power-of-two scale (exact; folded back into the logits).
@@ -269,10 +263,10 @@ __global__ void __launch_bounds__(Cfg::THREADS) decode_wk_kernel(const DecodePar
       }
       // O += P V: S's accumulator layout is exactly the A fragment of a 16 x 16 (rows x keys) tile.
       uint32_t a[4];
-      a[0] = wk::pack2<C>(s[0][0], s[0][1]);
-      a[1] = wk::pack2<C>(s[0][2], s[0][3]);
-      a[2] = wk::pack2<C>(s[1][0], s[1][1]);
-      a[3] = wk::pack2<C>(s[1][2], s[1][3]);
+      a[0] = pack2<C>(s[0][0], s[0][1]);
+      a[1] = pack2<C>(s[0][2], s[0][3]);
+      a[2] = pack2<C>(s[1][0], s[1][1]);
+      a[3] = pack2<C>(s[1][2], s[1][3]);
 #pragma unroll
       for (int dp = 0; dp < DV / 16; ++dp) {
         uint32_t bv[4];

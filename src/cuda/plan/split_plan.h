@@ -22,11 +22,40 @@ struct SplitPlan {
   bool use_workspace = false;
 };
 
+/// How the default (non-deterministic) mode sizes the grid for a kernel.
+enum class SplitRule {
+  // Two resident CTAs per SM and work that varies per entry: about eight CTAs per SM over the
+  // launch (four waves), so the tail wave is short.
+  kManyWaves,
+  // One resident CTA per SM and the same work per key everywhere (the Hopper MLA kernel, which
+  // is compute-bound): the fewest splits that keep at least 90 % of the SM slots of the launch's
+  // waves busy (or the best there is below that). Each split reloads Q and adds to the combine,
+  // so a few per cent of tail is not worth many more splits.
+  kOneWave,
+};
+
+/// The kOneWave split count in [1, cap]: busy fraction of k splits = ctas k / (waves sms).
+inline int64_t one_wave_splits(int64_t ctas, int64_t sms, int64_t cap) {
+  ctas = std::max<int64_t>(ctas, 1);
+  sms = std::max<int64_t>(sms, 1);
+  cap = std::max<int64_t>(cap, 1);
+  auto busy = [&](int64_t k) {
+    const int64_t waves = (ctas * k + sms - 1) / sms;
+    return static_cast<double>(ctas * k) / static_cast<double>(waves * sms);
+  };
+  double best = 0;
+  for (int64_t k = 1; k <= cap; ++k) best = std::max(best, busy(k));
+  const double enough = std::min(0.9, best);
+  for (int64_t k = 1; k <= cap; ++k)
+    if (busy(k) >= enough - 1e-9) return k;
+  return 1;
+}
+
 /// `max_keys`: an upper bound on any entry's key range (page-table width in keys).
 /// `ctas`: CTAs of one split (entries x KV heads x row blocks). `requested`: Exec/params
 /// num_splits (0 = heuristic).
 inline SplitPlan plan_splits(int64_t ctas, int64_t max_keys, int num_sms, int requested,
-                             bool deterministic) {
+                             bool deterministic, SplitRule rule = SplitRule::kManyWaves) {
   SplitPlan s;
   max_keys = std::max<int64_t>(max_keys, 1);
   if (deterministic) {
@@ -36,14 +65,15 @@ inline SplitPlan plan_splits(int64_t ctas, int64_t max_keys, int num_sms, int re
     s.use_workspace = true;  // always combine, so one split and many give the same bits
     return s;
   }
+  const int64_t cap = std::min<int64_t>((max_keys + kMinSplitKeys - 1) / kMinSplitKeys, kMaxSplits);
   if (requested > 0) {
     s.num_splits = std::min(requested, kMaxSplits);
+  } else if (rule == SplitRule::kOneWave) {
+    s.num_splits = static_cast<int>(one_wave_splits(ctas, num_sms, cap));
   } else {
-    // Aim for about eight CTAs per SM over the launch (two resident x four waves) so the tail
-    // wave is short, but never splits shorter than kMinSplitKeys.
+    // Never splits shorter than kMinSplitKeys.
     const int64_t target = 8LL * std::max(num_sms, 1);
     const int64_t want = (target + std::max<int64_t>(ctas, 1) - 1) / std::max<int64_t>(ctas, 1);
-    const int64_t cap = (max_keys + kMinSplitKeys - 1) / kMinSplitKeys;
     s.num_splits = static_cast<int>(std::clamp<int64_t>(std::min(want, cap), 1, kMaxSplits));
   }
   s.use_workspace = s.num_splits > 1;

@@ -31,12 +31,6 @@
 
 namespace flashback::cuda::prefill {
 
-template <typename T>
-__device__ __forceinline__ uint32_t pack2(float a, float b) {
-  T x[2] = {from_float<T>(a), from_float<T>(b)};
-  return *reinterpret_cast<const uint32_t*>(x);
-}
-
 // Per-entry facts shared by every query block of the CTA.
 struct Entry {
   int q0, q_len, kv_len, start, trow, krow0;

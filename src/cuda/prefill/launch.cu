@@ -79,16 +79,11 @@ void check_grid(int64_t batch, int64_t heads_q) {
 }  // namespace
 
 bool wgmma_available() {
-#ifdef FLASHBACK_SM90A
   static const bool forced_mma = [] {
     const char* v = std::getenv("FLASHBACK_PREFILL_KERNEL");
     return v != nullptr && std::string(v) == "mma";
   }();
-  const DeviceFacts f = device_facts();
-  return !forced_mma && f.cc_major == 9 && f.cc_minor == 0;  // sm_90a code runs on 9.0 only
-#else
-  return false;
-#endif
+  return !forced_mma && device_facts().sm90a;
 }
 
 int wgmma_grid_x(const PrefillParams& p) {

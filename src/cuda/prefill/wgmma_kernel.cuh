@@ -33,6 +33,7 @@
 
 #include "cuda/common/mbarrier.cuh"
 #include "cuda/common/paged.cuh"
+#include "cuda/common/sw128_copy.cuh"
 #include "cuda/common/wgmma.cuh"
 #include "cuda/prefill/blocks.h"
 #include "cuda/prefill/kernel.cuh"
@@ -111,36 +112,6 @@ struct WgmmaPrefill {
     const int lo = visible_keys(p, row0, e.q_len, e.kv_len).lo;
     const int hi = visible_keys(p, last_row, e.q_len, e.kv_len).hi;
     return {lo, hi + 1, hi >= lo ? (hi - lo + N) / N : 0};
-  }
-
-  // Copies rows 32 warp + [0, 32) of a swizzled block of R rows at `dst` (C 16-byte chunks per
-  // row; rows from `nvalid` on are zero-filled) in 128-byte pieces: lane l takes chunk l % 8 of
-  // rows 4 i + l / 8, so one instruction reads four whole 128-byte segments and writes four
-  // swizzled rows (all 32 banks once per 128 bytes). Row r = 4 i + l / 8 of the warp comes from
-  // src + off(r) (an offset of 0 for a zero-filled row keeps the address valid). `dst` is
-  // 1024-byte aligned (every Q and stage block is), so bits 4-6 of an address are the swizzled
-  // chunk and the XOR below flips only them. The row has
-  // (row & 7) = 4 (i & 1) + l / 8, so the destination's swizzle depends only on the lane and
-  // i % 2, and every address past `off` is a constant offset. (The first form spent ~24
-  // instructions per 16-byte copy on index and swizzle arithmetic, and the producer could not
-  // keep up: ncu showed the consumers spinning ~80 times per tile on `full` while the producer
-  // never waited on `empty`.)
-  template <int C, int R, typename Off>
-  static __device__ __forceinline__ void copy_rows(uint32_t dst, const unsigned char* src, Off off,
-                                                   int nvalid, int warp, int lane) {
-    const int h = lane >> 3, c = lane & 7;
-    const uint32_t d0 = dst + (warp * 32 + h) * 128 + ((c ^ h) << 4);
-    const uint32_t d[2] = {d0, d0 ^ 64u};
-    src += c * 16;
-#pragma unroll 2
-    for (int i = 0; i < 8; ++i) {
-      const int r = 4 * i + h;
-      const int64_t o = off(r);
-      const int bytes = warp * 32 + r < nvalid ? 16 : 0;
-#pragma unroll
-      for (int b = 0; b < C / 8; ++b)
-        cp_async16(d[i & 1] + b * R * 128 + i * 512, src + o + b * 128, bytes);
-    }
   }
 
   // The query rows of one consumer warpgroup in one block.
@@ -239,7 +210,7 @@ struct WgmmaPrefill {
       mbar_wait(q_empty(), (blk & 1) ^ 1);
       const int64_t q_row_bytes = static_cast<int64_t>(p.q_st) * sizeof(T);
       const int q_rows = e.q_len - row0 - warp * 32;  // rows of this warp's 32 that exist
-      copy_rows<CK, BM>(
+      copy_rows_sw128<CK, BM>(
           q_addr(), reinterpret_cast<const unsigned char*>(q + static_cast<int64_t>(row0) * p.q_st),
           [&](int r) { return r < q_rows ? (warp * 32 + r) * q_row_bytes : int64_t{0}; },
           e.q_len - row0, warp, lane);
@@ -255,10 +226,10 @@ struct WgmmaPrefill {
         mbar_wait(empty(s), ((it / S) & 1) ^ 1);
         // This warp's keys' offsets, shuffled from the lanes that located them.
         const int nvalid = sp.end - (sp.lo + j * N);
-        copy_rows<CK, N>(
+        copy_rows_sw128<CK, N>(
             k_stage(s), kbase, [&](int r) { return __shfl_sync(~0u, kb.x, r); }, nvalid, warp,
             lane);
-        copy_rows<CV, N>(
+        copy_rows_sw128<CV, N>(
             v_stage(s), vbase, [&](int r) { return __shfl_sync(~0u, kb.y, r); }, nvalid, warp,
             lane);
         mbar_arrive_on_copies(full(s));

@@ -42,6 +42,12 @@ inline f16 from_float(float x) {
   return {f32_to_f16(x)};
 }
 
+template <typename T>
+inline uint32_t pack2(float a, float b) {
+  return static_cast<uint32_t>(from_float<T>(a).x) |
+         (static_cast<uint32_t>(from_float<T>(b).x) << 16);
+}
+
 template <typename T, KvKind K>
 inline uint32_t fp8x2_to(uint16_t two) {
   auto one = [](uint8_t b) {

@@ -1,0 +1,377 @@
+// The Hopper path (sm_90a) of MLA absorbed attention on the short-query grid: the same work as
+// kernel.cuh's MLA instance (64 rows of (query, head) of one entry and one key split; logits
+// q_rope . k_rope + q_nope . c_kv, output softmax . c_kv, 512 wide), on warpgroup MMA.
+//
+// Why a kernel of its own: with 128 heads sharing each latent row, MLA decode does ~240 FLOPs
+// per cache byte and is compute-bound (docs/PERFORMANCE_GPU.md); the mma.sync kernel, S through
+// shared memory, reached 59 TFLOP/s.
+//
+// Shape (FlashMLA's split of the output, keys split for S):
+//   - Warpgroup 2 produces: Q once (the 512 q_nope columns as blocks 0-7 and the 64 q_rope ones
+//     as block 8 of the 128-byte-swizzled layout, common/wgmma.cuh), then per tile of 64 keys
+//     the latent rows (blocks 0-7) and the rope rows (block 8) into one of two stages, with
+//     cp.async in 128-byte pieces (common/sw128_copy.cuh), arriving on the stage's `full`.
+//   - Consumer warpgroup w (0 or 1) computes S for keys [32 w, 32 w + 32) of the tile, all 64
+//     rows (36 steps of m64n32k16, Q and K from shared memory). The row maxima meet in shared
+//     memory (named barrier 1), both warpgroups take the same new maximum, write their half of
+//     P (16-bit) into one swizzled 64 x 64 block and meet again (barrier 2); then warpgroup w
+//     does O[:, 256 w, 256 w + 256) += P V over all 64 keys (m64n128k16, P and V from shared
+//     memory: V is the latent block, read MN-major) and frees the stage.
+//   - The row sums are partial per warpgroup and per thread until the end (the rescale factor is
+//     the same for every key of a row), then summed across the quad and the two warpgroups.
+// 16-bit caches only (the mma.sync kernel takes fp8), softcap and every key-range rule as the
+// other kernels (visible_keys), LSE, split-KV through the same workspace and combine.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/common/dtype.cuh"
+#include "cuda/common/log2.cuh"
+#include "cuda/common/mbarrier.cuh"
+#include "cuda/common/paged.cuh"
+#include "cuda/common/sw128_copy.cuh"
+#include "cuda/common/wgmma.cuh"
+#include "cuda/decode/entry.cuh"
+#include "cuda/decode/params.h"
+
+namespace flashback::cuda {
+
+struct MlaWgmmaConfig {
+  static constexpr int D = 64, DV = 512;  // rope and latent widths
+  static constexpr int ROWS = 64;         // (query, head) rows per CTA: one wgmma M
+  static constexpr int N = 64;            // keys per tile, 32 per consumer warpgroup for S
+  static constexpr int STAGES = 2;
+  static constexpr int THREADS = 384;
+  static constexpr int BLOCKS = (D + DV) / 64;          // 64-column swizzled blocks of Q and a tile
+  static constexpr int Q_BYTES = BLOCKS * ROWS * 128;   // 72 KB
+  static constexpr int STAGE_BYTES = BLOCKS * N * 128;  // 72 KB
+  static constexpr int P_BYTES = ROWS * N * 2;          // one swizzled block
+  static constexpr int RED_BYTES = 2 * 2 * ROWS * 4;    // row maxima and sums per warpgroup
+  static constexpr int BARS = 2 * STAGES + 1;           // full, empty per stage; q_full
+  static constexpr int SMEM_BYTES =
+      1024 + Q_BYTES + STAGES * STAGE_BYTES + P_BYTES + RED_BYTES + 8 * BARS;
+  static constexpr int PRODUCER_REGS = 56, CONSUMER_REGS = 224;  // 128 x 56 + 256 x 224 <= 64K
+  static_assert(SMEM_BYTES <= 227 * 1024, "shared memory per CTA exceeds 227 KB");
+  static_assert(ROWS * N * 2 == 64 * 128, "P is one swizzled block");
+};
+
+template <typename T, bool CAP>
+struct MlaWgmma {
+  using Cfg = MlaWgmmaConfig;
+  static constexpr int N = Cfg::N, ROWS = Cfg::ROWS, S = Cfg::STAGES, DV = Cfg::DV;
+  static constexpr int BLK = ROWS * 128;  // bytes of one 64-column block (ROWS == N rows)
+
+  uint32_t base;  // 1024-byte aligned: Q, stages, P, then red / lsum, then the barriers
+
+  __device__ uint32_t q_addr() const { return base; }
+  __device__ uint32_t stage(int s) const { return base + Cfg::Q_BYTES + s * Cfg::STAGE_BYTES; }
+  __device__ uint32_t p_addr() const { return base + Cfg::Q_BYTES + S * Cfg::STAGE_BYTES; }
+  // [2][ROWS] fp32: the row maxima of the current tile, then the final row sums, per warpgroup.
+  __device__ uint32_t red(int w, int r) const {
+    return p_addr() + Cfg::P_BYTES + (w * ROWS + r) * 4;
+  }
+  __device__ uint32_t lsum(int w, int r) const { return red(2, r) + w * ROWS * 4; }
+  __device__ uint32_t bar(int i) const { return p_addr() + Cfg::P_BYTES + Cfg::RED_BYTES + 8 * i; }
+  __device__ uint32_t full(int s) const { return bar(s); }
+  __device__ uint32_t empty(int s) const { return bar(S + s); }
+  __device__ uint32_t q_full() const { return bar(2 * S); }
+
+  __device__ void init_barriers() const {
+    for (int s = 0; s < S; ++s) {
+      mbar_init(full(s), 128);   // one .noinc arrival per producer thread
+      mbar_init(empty(s), 256);  // every consumer thread
+    }
+    mbar_init(q_full(), 128);
+  }
+
+  // Byte offset of row r of the CTA (entry row row0 + r) in a [tokens, heads, width] tensor with
+  // element strides st, sh; rows past the entry read row 0 (zero-filled by nvalid).
+  static __device__ __forceinline__ int64_t row_bytes(const DecodeParams& p, const DecodeEntry& e,
+                                                      int r, int64_t st, int64_t sh) {
+    const int gr = e.row0 + r;
+    if (gr >= e.rows_total) return 0;
+    return (static_cast<int64_t>(e.token(p, gr)) * st + static_cast<int64_t>(e.head(p, gr)) * sh) *
+           static_cast<int64_t>(sizeof(T));
+  }
+
+  // Producer warpgroup. Warps 0-1 copy latent blocks 0-3 of keys [0, 32) / [32, 64) of each
+  // tile, warps 2-3 latent blocks 4-7 and the rope block of the same keys; every lane locates
+  // key 32 (warp % 2) + lane (a tile ahead) and the warp shuffles the offsets.
+  __device__ void produce(const DecodeParams& p, const DecodeEntry& e, int ntiles) const {
+    const int t = threadIdx.x - 256, lane = t & 31, warp = t >> 5, half = warp & 1;
+    const bool first_half = warp < 2;
+    if (ntiles == 0) return;
+    {  // Q: warps 0-1 q_nope (blocks 0-7), warps 2-3 q_rope (block 8).
+      const int nvalid = e.rows_total - e.row0;
+      if (first_half) {
+        copy_rows_sw128<DV * 2 / 16, ROWS>(
+            q_addr(), static_cast<const unsigned char*>(p.qv),
+            [&](int r) { return row_bytes(p, e, 32 * half + r, p.qv_st, p.qv_sh); }, nvalid, half,
+            lane);
+      } else {
+        copy_rows_sw128<Cfg::D * 2 / 16, ROWS>(
+            q_addr() + (DV / 64) * BLK, static_cast<const unsigned char*>(p.q),
+            [&](int r) { return row_bytes(p, e, 32 * half + r, p.q_st, p.q_sh); }, nvalid, half,
+            lane);
+      }
+      mbar_arrive_on_copies(q_full());
+    }
+    const unsigned char* kbase =
+        static_cast<const unsigned char*>(p.k) + static_cast<int64_t>(e.g) * p.k_sh * 2;
+    const unsigned char* vbase =
+        static_cast<const unsigned char*>(p.v) + static_cast<int64_t>(e.g) * p.v_sh * 2;
+    PageWalk walk;
+    walk.paged(p.table + static_cast<int64_t>(e.trow) * p.table_s0, p.table_s1, e.start,
+               p.table_holds_slots, p.page_size);
+    const int kk = 32 * half + lane;  // this lane's key within a tile
+    // Table entries of this lane's key in the next two tiles (read two tiles ahead).
+    int32_t ent = e.begin + kk < e.end ? walk.read(e.begin + kk) : 0;
+    int32_t ent2 = ntiles > 1 && e.begin + N + kk < e.end ? walk.read(e.begin + N + kk) : 0;
+    for (int j = 0; j < ntiles; ++j) {
+      const int s = j % S;
+      const int key = e.begin + j * N + kk;
+      const KeyBytes kb =
+          key < e.end ? key_bytes(walk.locate(ent, key), p.k_sp, p.k_so, p.v_sp, p.v_so, 2)
+                      : make_longlong2(0, 0);  // zero-filled; offset 0 keeps the address valid
+      ent = ent2;
+      ent2 = j + 2 < ntiles && key + 2 * N < e.end ? walk.read(key + 2 * N) : 0;
+      mbar_wait(empty(s), ((j / S) & 1) ^ 1);
+      const int nvalid = e.end - (e.begin + j * N);
+      auto v_off = [&](int r) { return __shfl_sync(~0u, kb.y, r); };
+      if (first_half) {
+        copy_rows_sw128<32, N>(stage(s), vbase, v_off, nvalid, half, lane);
+      } else {
+        copy_rows_sw128<32, N>(stage(s) + 4 * BLK, vbase + 512, v_off, nvalid, half, lane);
+        copy_rows_sw128<Cfg::D * 2 / 16, N>(
+            stage(s) + (DV / 64) * BLK, kbase, [&](int r) { return __shfl_sync(~0u, kb.x, r); },
+            nvalid, half, lane);
+      }
+      mbar_arrive_on_copies(full(s));
+    }
+  }
+
+  // S = Q K^T for keys [32 WG, 32 WG + 32) of stage s: the 9 blocks, 4 k steps each.
+  template <int WG>
+  __device__ __forceinline__ void issue_s(int s, float (&sacc)[4][4]) const {
+    const uint32_t qa = sw128_desc_lo(q_addr(), 16),
+                   kb = sw128_desc_lo(stage(s) + WG * 32 * 128, 16);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < Cfg::BLOCKS * 4; ++ks) {
+      const uint32_t off = (ks >> 2) * BLK + (ks & 3) * 32;
+      wgmma_ss_n32<T>(sacc, sw128_desc_at(qa, off), sw128_desc_at(kb, off), ks > 0);
+    }
+    wgmma_commit();
+  }
+  // O[:, 256 WG + [0, 256)) += P V over the tile's 64 keys (V = latent blocks 4 WG .. 4 WG + 3,
+  // MN-major: the next 64 columns are BLK bytes on).
+  template <int WG>
+  __device__ __forceinline__ void issue_pv(int s, float (&acc)[2][16][4]) const {
+    const uint32_t pa = sw128_desc_lo(p_addr(), 16),
+                   vb = sw128_desc_lo(stage(s) + 4 * WG * BLK, BLK);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < N / 16; ++kk)
+#pragma unroll
+      for (int nh = 0; nh < 2; ++nh)
+        wgmma_ss_n128<T, true>(acc[nh], sw128_desc_at(pa, kk * 32),
+                               sw128_desc_at(vb, 2 * nh * BLK + kk * 16 * 128), true);
+    wgmma_commit();
+  }
+
+  static __device__ __forceinline__ void st_f32(uint32_t a, float v) {
+    asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(a), "f"(v) : "memory");
+  }
+  static __device__ __forceinline__ float ld_f32(uint32_t a) {
+    float v;
+    asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(a) : "memory");
+    return v;
+  }
+
+  template <int WG>
+  __device__ void consume(const DecodeParams& p, const DecodeEntry& e, int ntiles) const {
+    constexpr int wg = WG;
+    const int tw = threadIdx.x & 127, lane = tw & 31, warp = tw >> 5;
+    const int quad = lane & 3;
+    // This thread's rows of the accumulators: r and r + 8.
+    const int r0 = warp * 16 + (lane >> 2);
+    KeyRange rr[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int gr = e.row0 + r0 + 8 * i;
+      rr[i] = gr < e.rows_total ? visible_keys(p, gr / p.group, e.q_len, e.kv_len) : KeyRange{1, 0};
+    }
+    // logit = softcap(scale * s), in base 2.
+    const float mul = p.scale * kLog2e;
+    const float cin = CAP ? p.scale / p.softcap : 0.f, cout = CAP ? p.softcap * kLog2e : 0.f;
+
+    float acc[2][16][4];
+#pragma unroll
+    for (int nh = 0; nh < 2; ++nh)
+#pragma unroll
+      for (int u = 0; u < 16; ++u)
+        acc[nh][u][0] = acc[nh][u][1] = acc[nh][u][2] = acc[nh][u][3] = 0.f;
+    float m_run[2] = {-INFINITY, -INFINITY}, l_part[2] = {0.f, 0.f};
+
+    if (ntiles > 0) mbar_wait(q_full(), 0);
+    for (int j = 0; j < ntiles; ++j) {
+      const int s = j % S;
+      mbar_wait(full(s), (j / S) & 1);
+      fence_proxy_async_smem();  // cp.async wrote the stage through the generic proxy
+      float sacc[4][4];
+      issue_s<WG>(s, sacc);
+      wgmma_wait<0>();
+      reg_fence(sacc);
+
+      // Logits, the key-range mask and this warpgroup's row maxima. The mask is skipped where
+      // this thread's 32 keys lie inside both its rows' ranges (all but a decode's last tile).
+      const int k0 = e.begin + j * N + 32 * wg, kbase = k0 + 2 * quad;
+      const bool inside =
+          k0 >= max(rr[0].lo, rr[1].lo) && k0 + 31 <= min(rr[0].hi, rr[1].hi) && k0 + 31 < e.end;
+      float mx[2] = {-INFINITY, -INFINITY};
+      auto logits = [&](auto mask) {
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+#pragma unroll
+          for (int x = 0; x < 4; ++x) {
+            const int i = x >> 1, key = kbase + 8 * u + (x & 1);
+            float v = CAP ? cout * tanhf(sacc[u][x] * cin) : sacc[u][x] * mul;
+            if constexpr (decltype(mask)::value)
+              v = key >= rr[i].lo && key <= rr[i].hi && key < e.end ? v : -INFINITY;
+            sacc[u][x] = v;
+            mx[i] = fmaxf(mx[i], v);
+          }
+      };
+      if (inside)
+        logits(std::false_type{});
+      else
+        logits(std::true_type{});
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        mx[i] = fmaxf(mx[i], __shfl_xor_sync(~0u, mx[i], 1));
+        mx[i] = fmaxf(mx[i], __shfl_xor_sync(~0u, mx[i], 2));
+        if (quad == 0) st_f32(red(wg, r0 + 8 * i), mx[i]);
+      }
+      named_barrier_sync<1, 256>();
+      float alpha[2], m_use[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int r = r0 + 8 * i;
+        const float m_new = fmaxf(m_run[i], fmaxf(ld_f32(red(0, r)), ld_f32(red(1, r))));
+        alpha[i] = m_new == -INFINITY ? 1.f : exp2f(m_run[i] - m_new);
+        m_use[i] = m_new == -INFINITY ? 0.f : m_new;
+        m_run[i] = m_new;
+        l_part[i] *= alpha[i];
+      }
+      // P (16-bit) into the swizzled block: row r, keys 32 wg + 8 u + 2 quad + {0, 1}.
+      const uint32_t pbase = p_addr() + quad * 4;
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const float p0 = exp2f(sacc[u][2 * i] - m_use[i]);
+          const float p1 = exp2f(sacc[u][2 * i + 1] - m_use[i]);
+          l_part[i] += p0 + p1;
+          const int r = r0 + 8 * i, chunk = 4 * wg + u;
+          const uint32_t a = pbase + r * 128 + ((chunk ^ (r & 7)) << 4);
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(pack2<T>(p0, p1)) : "memory");
+        }
+      fence_proxy_async_smem();  // P is read by wgmma (async proxy)
+      named_barrier_sync<2, 256>();
+      // O's rescale, skipped by a warp whose rows' maxima all held (most tiles after the first).
+      if (__any_sync(~0u, alpha[0] != 1.f || alpha[1] != 1.f)) {
+#pragma unroll
+        for (int nh = 0; nh < 2; ++nh)
+#pragma unroll
+          for (int u = 0; u < 16; ++u) {
+            acc[nh][u][0] *= alpha[0];
+            acc[nh][u][1] *= alpha[0];
+            acc[nh][u][2] *= alpha[1];
+            acc[nh][u][3] *= alpha[1];
+          }
+      }
+      issue_pv<WG>(s, acc);
+      wgmma_wait<0>();
+#pragma unroll
+      for (int nh = 0; nh < 2; ++nh) reg_fence(acc[nh]);
+      mbar_arrive(empty(s));
+    }
+
+    // Row sums: across the quad, then the two warpgroups.
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      l_part[i] += __shfl_xor_sync(~0u, l_part[i], 1);
+      l_part[i] += __shfl_xor_sync(~0u, l_part[i], 2);
+      if (quad == 0) st_f32(lsum(wg, r0 + 8 * i), l_part[i]);
+    }
+    named_barrier_sync<3, 256>();
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int r = r0 + 8 * i, gr = e.row0 + r;
+      if (gr >= e.rows_total) continue;
+      const float l = ld_f32(lsum(0, r)) + ld_f32(lsum(1, r));
+      const int tok = e.token(p, gr), head = e.head(p, gr);
+      if (wg == 0 && quad == 0) {
+        const float lse = l > 0.f ? (m_run[i] + log2f(l)) * kLn2 : -INFINITY;
+        if (p.use_workspace)
+          p.ws_lse[(static_cast<int64_t>(e.split) * p.total_q + tok) * p.heads_q + head] = lse;
+        else if (p.lse)
+          p.lse[tok * p.lse_st + head * p.lse_sh] = lse;
+      }
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+#pragma unroll
+      for (int nh = 0; nh < 2; ++nh)
+#pragma unroll
+        for (int u = 0; u < 16; ++u) {
+          const int col = 256 * wg + 128 * nh + 8 * u + 2 * quad;
+          const float o0 = acc[nh][u][2 * i] * inv, o1 = acc[nh][u][2 * i + 1] * inv;
+          if (p.use_workspace) {
+            float* w = p.ws_o +
+                       ((static_cast<int64_t>(e.split) * p.total_q + tok) * p.heads_q + head) * DV +
+                       col;
+            *reinterpret_cast<float2*>(w) = make_float2(o0, o1);
+          } else {
+            T* o = static_cast<T*>(p.out) + tok * p.out_st + head * p.out_sh + col;
+            o[0] = from_float<T>(o0);
+            o[1] = from_float<T>(o1);
+          }
+        }
+    }
+  }
+};
+
+template <typename T, bool CAP>
+__global__ void __launch_bounds__(MlaWgmmaConfig::THREADS, 1)
+    mla_wgmma_kernel(const DecodeParams p) {
+#ifdef FLASHBACK_WGMMA
+  using Cfg = MlaWgmmaConfig;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  unsigned char* smem = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
+  DecodeEntry e;
+  if (!load_entry<T, Cfg::DV, Cfg::ROWS, Cfg::N>(p, e)) return;
+  const int ntiles = e.end > e.begin ? (e.end - e.begin + Cfg::N - 1) / Cfg::N : 0;
+  MlaWgmma<T, CAP> k;
+  k.base = smem_addr(smem);
+  if (threadIdx.x == 0) k.init_barriers();
+  __syncthreads();
+  if (threadIdx.x >= 256) {
+    regs_shrink<Cfg::PRODUCER_REGS>();
+    k.produce(p, e, ntiles);
+  } else {
+    regs_grow<Cfg::CONSUMER_REGS>();
+    if (threadIdx.x < 128)
+      k.template consume<0>(p, e, ntiles);
+    else
+      k.template consume<1>(p, e, ntiles);
+  }
+#else
+  __trap();  // launched only where the host found sm_90a code and a 9.0 device (dispatch.cu)
+#endif
+}
+
+}  // namespace flashback::cuda
