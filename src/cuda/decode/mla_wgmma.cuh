@@ -155,8 +155,7 @@ struct MlaWgmma {
   }
 
   // S = Q K^T for keys [32 WG, 32 WG + 32) of stage s: the 9 blocks, 4 k steps each.
-  template <int WG>
-  __device__ __forceinline__ void issue_s(int s, float (&sacc)[4][4]) const {
+  __device__ __forceinline__ void issue_s(int s, int WG, float (&sacc)[4][4]) const {
     const uint32_t qa = sw128_desc_lo(q_addr(), 16),
                    kb = sw128_desc_lo(stage(s) + WG * 32 * 128, 16);
     wgmma_fence();
@@ -169,8 +168,7 @@ struct MlaWgmma {
   }
   // O[:, 256 WG + [0, 256)) += P V over the tile's 64 keys (V = latent blocks 4 WG .. 4 WG + 3,
   // MN-major: the next 64 columns are BLK bytes on).
-  template <int WG>
-  __device__ __forceinline__ void issue_pv(int s, float (&acc)[2][16][4]) const {
+  __device__ __forceinline__ void issue_pv(int s, int WG, float (&acc)[2][16][4]) const {
     const uint32_t pa = sw128_desc_lo(p_addr(), 16),
                    vb = sw128_desc_lo(stage(s) + 4 * WG * BLK, BLK);
     wgmma_fence();
@@ -192,9 +190,8 @@ struct MlaWgmma {
     return v;
   }
 
-  template <int WG>
-  __device__ void consume(const DecodeParams& p, const DecodeEntry& e, int ntiles) const {
-    constexpr int wg = WG;
+  __device__ void consume(const DecodeParams& p, const DecodeEntry& e, int ntiles, int wg) const {
+    const int WG = wg;
     const int tw = threadIdx.x & 127, lane = tw & 31, warp = tw >> 5;
     const int quad = lane & 3;
     // This thread's rows of the accumulators: r and r + 8.
@@ -223,7 +220,7 @@ struct MlaWgmma {
       mbar_wait(full(s), (j / S) & 1);
       fence_proxy_async_smem();  // cp.async wrote the stage through the generic proxy
       float sacc[4][4];
-      issue_s<WG>(s, sacc);
+      issue_s(s, WG, sacc);
       wgmma_wait<0>();
       reg_fence(sacc);
 
@@ -294,7 +291,7 @@ struct MlaWgmma {
             acc[nh][u][3] *= alpha[1];
           }
       }
-      issue_pv<WG>(s, acc);
+      issue_pv(s, WG, acc);
       wgmma_wait<0>();
 #pragma unroll
       for (int nh = 0; nh < 2; ++nh) reg_fence(acc[nh]);
@@ -364,10 +361,7 @@ __global__ void __launch_bounds__(MlaWgmmaConfig::THREADS, 1)
     k.produce(p, e, ntiles);
   } else {
     regs_grow<Cfg::CONSUMER_REGS>();
-    if (threadIdx.x < 128)
-      k.template consume<0>(p, e, ntiles);
-    else
-      k.template consume<1>(p, e, ntiles);
+    k.consume(p, e, ntiles, threadIdx.x / 128);
   }
 #else
   __trap();  // launched only where the host found sm_90a code and a 9.0 device (dispatch.cu)
