@@ -38,16 +38,25 @@ step() {  # name, timeout, command...
   echo "${summary[-1]}"; grep -E '^\[  FAILED  \]' $LOGS/$name.log | head -12
 }
 for t in $TESTS; do step $t 120 $BIN/$t; done
-# The sm80 (mma.sync) prefill kernel on the same cases, which the Hopper path otherwise takes.
-step cuda_test_prefill_mma 120 env FLASHBACK_PREFILL_KERNEL=mma $BIN/cuda_test_prefill
-# The Hopper kernel with two query blocks per CTA forced (the tests' grids are too small for the
-# automatic choice to pair them).
-step cuda_test_prefill_pairs 120 env FLASHBACK_PREFILL_PAIRS=1 $BIN/cuda_test_prefill
+# The MLA tests again on kernel.cuh, which the Hopper MLA kernel (mla_wgmma.cuh) otherwise takes.
+step cuda_test_decode_mla_mma 120 env FLASHBACK_DECODE_KERNEL=mma $BIN/cuda_test_decode \
+  --gtest_filter='CudaDecode.Mla*'
+if [[ -z ${SKIP_ALT:-} ]]; then  # SKIP_ALT=1: a shorter call when the prefill kernels did not change
+  # The sm80 (mma.sync) prefill kernel on the same cases, which the Hopper path otherwise takes.
+  step cuda_test_prefill_mma 120 env FLASHBACK_PREFILL_KERNEL=mma $BIN/cuda_test_prefill
+  # The Hopper kernel with two query blocks per CTA forced (the tests' grids are too small for
+  # the automatic choice to pair them).
+  step cuda_test_prefill_pairs 120 env FLASHBACK_PREFILL_PAIRS=1 $BIN/cuda_test_prefill
+fi
 step memcheck_decode 45 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda_test_decode \
   --gtest_filter='CudaDecode.Splits:CudaDecode.TableRowsAndKvStart'
 step memcheck_prefill 60 env FLASHBACK_PREFILL_PAIRS=1 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda_test_prefill \
   --gtest_filter='CudaPrefill.Variants:CudaRagged.MlaChunkedPrefixShapes'
 step memcheck_backend 45 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda_test_backend_cuda
+step memcheck_mla 60 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda_test_decode \
+  --gtest_filter='CudaDecode.MlaAbsorbedVariants'
+step racecheck_mla 60 compute-sanitizer --tool racecheck --error-exitcode 9 $BIN/cuda_test_decode \
+  --gtest_filter='CudaDecode.MlaAbsorbed'
 if [[ -n ${NCU:-} ]]; then  # one launch of each hot kernel under Nsight Compute (clocks untouched)
   for w in ${NCU_WORKLOADS:-decode_b64_L8k prefill_8x2k}; do
     step ncu_$w 60 ncu --clock-control none --launch-skip 3 --launch-count 1 \
@@ -63,15 +72,22 @@ if [[ -n ${NCU:-} ]]; then  # one launch of each hot kernel under Nsight Compute
 fi
 step bench 170 python3 $BIN/compare.py run --bin $BIN/flashback --peers-py $BIN/peers.py \
   --outdir $OUT/bench --name h200
-# Long-query kernels: the Hopper path (default on the H200) against the mma.sync one.
-step bench_prefill_mma 60 env FLASHBACK_PREFILL_KERNEL=mma $BIN/flashback bench --device cuda \
-  --workloads $BIN/workloads.json --only prefill_1x16k,prefill_8x2k,extend_b16_p4k_e512,mla_prefix_chunk_8x4k \
-  --json $OUT/bench/prefill_mma.json
-tail -6 $LOGS/bench_prefill_mma.log
+if [[ -z ${SKIP_ALT:-} ]]; then
+  # Long-query kernels: the Hopper path (default on the H200) against the mma.sync one.
+  step bench_prefill_mma 60 env FLASHBACK_PREFILL_KERNEL=mma $BIN/flashback bench --device cuda \
+    --workloads $BIN/workloads.json --only prefill_1x16k,prefill_8x2k,extend_b16_p4k_e512,mla_prefix_chunk_8x4k \
+    --json $OUT/bench/prefill_mma.json
+  tail -6 $LOGS/bench_prefill_mma.log
+fi
+# MLA decode on kernel.cuh (mma.sync), against the Hopper kernel of the main table.
+step bench_mla_mma 60 env FLASHBACK_DECODE_KERNEL=mma $BIN/flashback bench --device cuda \
+  --workloads $BIN/workloads.json --only mla_decode_b64_L4k_h128,mla_decode_b128_L4k_h16 \
+  --json $OUT/bench/mla_mma.json
+tail -4 $LOGS/bench_mla_mma.log
 # The deterministic mode's cost (fixed 1024-key splits) on the workloads it matters most for.
 step bench_deterministic 60 $BIN/flashback bench --device cuda --workloads $BIN/workloads.json \
-  --deterministic --only decode_b64_L8k,decode_b1_L128k,verify_b64_q4_L4k --json $OUT/bench/deterministic.json
-cat $LOGS/bench_deterministic.log | tail -8
+  --deterministic --only decode_b64_L8k,decode_b1_L128k,verify_b64_q4_L4k,mla_decode_b64_L4k_h128,mla_decode_b128_L4k_h16 --json $OUT/bench/deterministic.json
+cat $LOGS/bench_deterministic.log | tail -10
 echo; echo "== bench table"; cat $OUT/bench/*.md 2>/dev/null | head -40
 echo; echo "== summary"; printf '%s\n' "${summary[@]}" | tee $OUT/summary.txt
 tar czf $OUT/logs.tgz -C $LOGS . && rm -rf $LOGS

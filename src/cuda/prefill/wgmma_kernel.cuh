@@ -124,26 +124,25 @@ struct WgmmaPrefill {
   // S = Q K^T of one tile into sacc (Q rows at sq_addr, K in stage `stage`).
   __device__ __forceinline__ void issue_s(uint32_t sq_addr, int stage,
                                           float (&sacc)[1][N / 8][4]) const {
-    const uint32_t k_addr = k_stage(stage);
+    const uint32_t qa = sw128_desc_lo(sq_addr, 16), kb = sw128_desc_lo(k_stage(stage), 16);
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
       // k step ks: column block ks / 4, 32 bytes further per step inside the block.
       const uint32_t col = (ks & 3) * 32;
-      const uint64_t da = sw128_desc(sq_addr + (ks >> 2) * BM * 128 + col, 16, 1024);
-      const uint64_t db = sw128_desc(k_addr + (ks >> 2) * N * 128 + col, 16, 1024);
-      wgmma_ss_n128<T>(sacc[0], da, db, ks > 0);
+      wgmma_ss_n128<T>(sacc[0], sw128_desc_at(qa, (ks >> 2) * BM * 128 + col),
+                       sw128_desc_at(kb, (ks >> 2) * N * 128 + col), ks > 0);
     }
     wgmma_commit();
   }
   // O += P V of one tile (P in registers, V in stage `stage`).
   __device__ __forceinline__ void issue_pv(int stage, float (&acc)[1][DV / 8][4],
                                            const uint32_t (&pa)[N / 16][4]) const {
-    const uint32_t v_addr = v_stage(stage);
+    const uint32_t vb = sw128_desc_lo(v_stage(stage), N * 128);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < N / 16; ++kk)
-      wgmma_rs_n128<T>(acc[0], pa[kk], sw128_desc(v_addr + kk * 16 * 128, N * 128, 1024));
+      wgmma_rs_n128<T>(acc[0], pa[kk], sw128_desc_at(vb, kk * 16 * 128));
     wgmma_commit();
   }
   // Waits for every wgmma group of the warpgroup; O and P stay pinned until then.
