@@ -3,10 +3,12 @@
 // that every block of every entry goes to exactly one CTA, for any grid.
 #pragma once
 
+#ifndef FLASHBACK_HOST_DEVICE
 #if defined(__CUDACC__)
 #define FLASHBACK_HOST_DEVICE __host__ __device__
 #else
 #define FLASHBACK_HOST_DEVICE
+#endif
 #endif
 
 namespace flashback::cuda::prefill {
