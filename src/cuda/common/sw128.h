@@ -11,13 +11,7 @@
 
 #include <cstdint>
 
-#ifndef FLASHBACK_HOST_DEVICE
-#if defined(__CUDACC__)
-#define FLASHBACK_HOST_DEVICE __host__ __device__
-#else
-#define FLASHBACK_HOST_DEVICE
-#endif
-#endif
+#include "cuda/common/host_device.h"
 
 namespace flashback::cuda {
 

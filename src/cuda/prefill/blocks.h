@@ -3,13 +3,7 @@
 // that every block of every entry goes to exactly one CTA, for any grid.
 #pragma once
 
-#ifndef FLASHBACK_HOST_DEVICE
-#if defined(__CUDACC__)
-#define FLASHBACK_HOST_DEVICE __host__ __device__
-#else
-#define FLASHBACK_HOST_DEVICE
-#endif
-#endif
+#include "cuda/common/host_device.h"
 
 namespace flashback::cuda::prefill {
 
