@@ -4,11 +4,11 @@
 //
 // Why a kernel of its own: with 128 heads sharing each latent row, MLA decode does ~240 FLOPs
 // per cache byte and is compute-bound (docs/PERFORMANCE_GPU.md); the mma.sync kernel, S through
-// shared memory, reached 59 TFLOP/s.
+// shared memory, reached 59 TFLOP/s; this one 403 (mla_decode_b64_L4k_h128 on the H200).
 //
 // Shape (FlashMLA's split of the output, keys split for S):
 //   - Warpgroup 2 produces: Q once (the 512 q_nope columns as blocks 0-7 and the 64 q_rope ones
-//     as block 8 of the 128-byte-swizzled layout, common/wgmma.cuh), then per tile of 64 keys
+//     as block 8 of the 128-byte-swizzled layout, common/sw128.h), then per tile of 64 keys
 //     the latent rows (blocks 0-7) and the rope rows (block 8) into one of two stages, with
 //     cp.async in 128-byte pieces (common/sw128_copy.cuh), arriving on the stage's `full`.
 //   - Consumer warpgroup w (0 or 1) computes S for keys [32 w, 32 w + 32) of the tile, all 64
@@ -21,6 +21,10 @@
 //     the same for every key of a row), then summed across the quad and the two warpgroups.
 // 16-bit caches only (the mma.sync kernel takes fp8), softcap and every key-range rule as the
 // other kernels (visible_keys), LSE, split-KV through the same workspace and combine.
+//
+// Measured and dropped (docs/PERFORMANCE_GPU.md, session 5): L2 prefetch of the next tile, two
+// S accumulator chains, and FlashMLA's split (warpgroup 0 alone on S and the softmax). The two
+// consumer warpgroups run in lock step, so S and P V of a tile never overlap: the next step.
 #pragma once
 
 #include <cuda_runtime.h>
