@@ -158,10 +158,10 @@ struct MlaWgmma {
     }
   }
 
-  // S = Q K^T for keys [32 WG, 32 WG + 32) of stage s: the 9 blocks, 4 k steps each.
-  __device__ __forceinline__ void issue_s(int s, int WG, float (&sacc)[4][4]) const {
+  // S = Q K^T for keys [32 wg, 32 wg + 32) of stage s: the 9 blocks, 4 k steps each.
+  __device__ __forceinline__ void issue_s(int s, int wg, float (&sacc)[4][4]) const {
     const uint32_t qa = sw128_desc_lo(q_addr(), 16),
-                   kb = sw128_desc_lo(stage(s) + WG * 32 * 128, 16);
+                   kb = sw128_desc_lo(stage(s) + wg * 32 * 128, 16);
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < Cfg::BLOCKS * 4; ++ks) {
@@ -170,11 +170,11 @@ struct MlaWgmma {
     }
     wgmma_commit();
   }
-  // O[:, 256 WG + [0, 256)) += P V over the tile's 64 keys (V = latent blocks 4 WG .. 4 WG + 3,
+  // O[:, 256 wg + [0, 256)) += P V over the tile's 64 keys (V = latent blocks 4 wg .. 4 wg + 3,
   // MN-major: the next 64 columns are BLK bytes on).
-  __device__ __forceinline__ void issue_pv(int s, int WG, float (&acc)[2][16][4]) const {
+  __device__ __forceinline__ void issue_pv(int s, int wg, float (&acc)[2][16][4]) const {
     const uint32_t pa = sw128_desc_lo(p_addr(), 16),
-                   vb = sw128_desc_lo(stage(s) + 4 * WG * BLK, BLK);
+                   vb = sw128_desc_lo(stage(s) + 4 * wg * BLK, BLK);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < N / 16; ++kk)
@@ -195,7 +195,6 @@ struct MlaWgmma {
   }
 
   __device__ void consume(const DecodeParams& p, const DecodeEntry& e, int ntiles, int wg) const {
-    const int WG = wg;
     const int tw = threadIdx.x & 127, lane = tw & 31, warp = tw >> 5;
     const int quad = lane & 3;
     // This thread's rows of the accumulators: r and r + 8.
@@ -224,7 +223,7 @@ struct MlaWgmma {
       mbar_wait(full(s), (j / S) & 1);
       fence_proxy_async_smem();  // cp.async wrote the stage through the generic proxy
       float sacc[4][4];
-      issue_s(s, WG, sacc);
+      issue_s(s, wg, sacc);
       wgmma_wait<0>();
       reg_fence(sacc);
 
@@ -295,7 +294,7 @@ struct MlaWgmma {
             acc[nh][u][3] *= alpha[1];
           }
       }
-      issue_pv(s, WG, acc);
+      issue_pv(s, wg, acc);
       wgmma_wait<0>();
 #pragma unroll
       for (int nh = 0; nh < 2; ++nh) reg_fence(acc[nh]);
