@@ -10,6 +10,7 @@
 
 #include "cuda/common/check.cuh"
 #include "cuda/common/dtype.cuh"
+#include "cuda/decode/config.h"
 #include "cuda/decode/launch.h"
 #include "cuda/device_facts.h"
 #include "cuda/dispatch.h"
@@ -147,9 +148,16 @@ Resolved resolve(const PagedAttentionParams& p, const detail::PagedShape& s, con
   r.dp.hopper_mla = qv && s.head_dim == 64 && s.head_dim_v == 512 && r.kv == KvKind::kSame &&
                     facts.sm90a && !forced_mma && aligned16(p.q) && aligned16(p.qv);
   const int64_t max_keys = p.table_holds_slots ? s.table_width : s.table_width * s.page_size;
-  const SplitPlan plan = plan_splits(s.batch * s.heads_kv * row_blocks, max_keys, facts.sms,
-                                     p.num_splits, exec.deterministic,
-                                     r.dp.hopper_mla ? SplitRule::kOneWave : SplitRule::kManyWaves);
+  // Kernels that keep their SM slots for a whole split get one wave of them; kernel.cuh, whose
+  // shapes vary more, many waves (split_plan.h).
+  const bool fp8 = r.kv != KvKind::kSame;
+  const DecodeShape shape =
+      decode_shape(s.head_dim, s.head_dim_v, qv, fp8, r.m_tiles, r.dp.hopper_mla);
+  const int resident =
+      shape == DecodeShape::kWarpKeys ? wk_layout(s.head_dim, s.head_dim_v, fp8).ctas : 1;
+  const SplitPlan plan = plan_splits(
+      s.batch * s.heads_kv * row_blocks, max_keys, facts.sms, p.num_splits, exec.deterministic,
+      shape == DecodeShape::kColumns ? SplitRule::kManyWaves : SplitRule::kOneWave, resident);
   if (plan.use_workspace) {
     const int64_t rows_all = int64_t{plan.num_splits} * s.total_q * s.heads_q;
     r.ws_o_bytes = (rows_all * s.head_dim_v * 4 + 255) / 256 * 256;

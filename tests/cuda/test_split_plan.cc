@@ -50,6 +50,10 @@ TEST(SplitPlan, RulesAndModes) {
   const SplitPlan one = plan_splits(128, 4096, 132, 0, false, SplitRule::kOneWave);
   EXPECT_EQ(one.num_splits, 1);
   EXPECT_FALSE(one.use_workspace);
+  // kOneWave counts every resident CTA as a slot: one 128k-key request over 8 KV heads on
+  // 132 SMs x 3 takes the fewest splits with >= 90 % of the 396 slots busy (45: 360 of 396).
+  EXPECT_EQ(plan_splits(8, 131072, 132, 0, false, SplitRule::kOneWave, 3).num_splits, 45);
+  EXPECT_EQ(plan_splits(8, 131072, 132, 0, false, SplitRule::kOneWave, 1).num_splits, 15);
 }
 
 }  // namespace

@@ -16,6 +16,20 @@ constexpr int decode_stages(int base, int stage, int min_two) {
   return n < 4 ? n : 4;
 }
 
+/// The three short-query kernels, and the one rule that picks among them (launch.cuh launches
+/// it, dispatch.cu plans its splits). `mla_ok`: DecodeParams::hopper_mla (a 64/512 qv shape
+/// with 16-bit caches on an sm_90a build and device); `m_tiles`: 16-row m-tiles per block.
+enum class DecodeShape {
+  kMlaWgmma,  // mla_wgmma.cuh: MLA absorbed on Hopper
+  kWarpKeys,  // warp_keys.cuh: <= 16 rows, v heads <= 256 (fp8: head dim a multiple of 64)
+  kColumns,   // kernel.cuh: everything else
+};
+constexpr DecodeShape decode_shape(int d, int dv, bool qv, bool fp8, int m_tiles, bool mla_ok) {
+  if (qv && mla_ok) return DecodeShape::kMlaWgmma;
+  if (!qv && dv <= 256 && m_tiles == 1 && (!fp8 || d % 64 == 0)) return DecodeShape::kWarpKeys;
+  return DecodeShape::kColumns;
+}
+
 template <int D_, int DV_, bool QV_, bool FP8_, int MT_>
 struct DecodeConfig {
   static constexpr int D = D_;     // q/k head dim (MLA: the rope part)
@@ -65,6 +79,48 @@ struct DecodeConfig {
 
 namespace flashback::cuda {
 
+// Shared memory a CTA may take when `ctas` of them are resident on an SM (the SM has 228 KB, the
+// driver reserves 1 KB per CTA, a CTA may take at most 227 KB).
+constexpr int decode_smem_per_cta(int ctas) {
+  const int share = 228 * 1024 / ctas - 1024;
+  return share < kDecodeFullSm ? share : kDecodeFullSm;
+}
+
+// Shared-memory layout of the warps-split-keys kernel, as plain constexpr arithmetic so the host
+// (the split plan in dispatch.cu) reads the same residency the kernel is built for.
+struct WkLayout {
+  static constexpr int WARPS = 4, KW = 16, N = WARPS * KW, ROWS = 16;
+  int eb, qp, kp, vp, kraw, vraw;  // element bytes; 16-bit pitches (elements); raw rows (bytes)
+  int stage_bytes, loc_stage, q_bytes, cvt_bytes;
+  int ctas, stages;  // resident CTAs per SM, K/V stages
+};
+constexpr WkLayout wk_layout(int d, int dv, bool fp8) {
+  WkLayout l{};
+  l.eb = fp8 ? 1 : 2;
+  l.qp = l.kp = d + 8;
+  l.vp = dv + 8;
+  l.kraw = d * l.eb + 16;
+  l.vraw = dv * l.eb + 16;
+  l.stage_bytes = WkLayout::N * (l.kraw + l.vraw);
+  l.loc_stage = WkLayout::N * 16;  // a tile's key offsets (KeyBytes per key)
+  l.q_bytes = WkLayout::ROWS * l.qp * 2;
+  // fp8: each warp's V rows widened to fp16 (K fragments are built in registers).
+  l.cvt_bytes = fp8 ? WkLayout::WARPS * WkLayout::KW * l.vp * 2 : 0;
+  const auto stages_at = [&l](int ctas) {
+    const int n =
+        (decode_smem_per_cta(ctas) - l.q_bytes - l.cvt_bytes) / (l.stage_bytes + l.loc_stage);
+    return n < 4 ? n : 4;
+  };
+  // Three resident CTAs with two stages each where that fits, else two with three stages, else
+  // one. The kernel is bound by its warps' dependency chains, not by its issue rate or the bytes
+  // in flight, so 12 warps per SM beat 8 warps with a stage more: on the H200 decode_b64_L8k
+  // 0.566 -> 0.547 ms, fp8 0.540 -> 0.495, verify_b64_q4_L4k 0.363 -> 0.326
+  // (docs/PERFORMANCE_GPU.md, session 6).
+  l.ctas = stages_at(3) >= 2 ? 3 : stages_at(2) >= 3 ? 2 : 1;
+  l.stages = stages_at(l.ctas);
+  return l;
+}
+
 // The warps-split-keys shape (warp_keys.cuh) for up to 16 rows per CTA (decode with GQA groups
 // up to 16, verify with group x tokens <= 16) and v heads up to 256 wide: each of the 4 warps
 // takes 16 keys of every tile and keeps S, P and its O partial (16 x DV fp32) in registers.
@@ -72,21 +128,17 @@ template <int D_, int DV_, bool FP8_>
 struct DecodeWkConfig {
   static constexpr int D = D_, DV = DV_;
   static constexpr bool FP8 = FP8_;
-  static constexpr int WARPS = 4, THREADS = 32 * WARPS;
-  static constexpr int KW = 16;         // keys per warp per tile (the k of the P V mma)
-  static constexpr int N = WARPS * KW;  // keys per tile
-  static constexpr int ROWS = 16;
-  static constexpr int EB = FP8 ? 1 : 2;
-  static constexpr int QP = D + 8, KP = D + 8, VP = DV + 8;      // 16-bit pitches (elements)
-  static constexpr int KRAW = D * EB + 16, VRAW = DV * EB + 16;  // raw stage rows, bytes
-  static constexpr int STAGE_BYTES = N * (KRAW + VRAW);
-  static constexpr int Q_BYTES = ROWS * QP * 2;
-  // fp8: each warp's V rows widened to fp16 (K fragments are built in registers).
-  static constexpr int CVT_BYTES = FP8 ? WARPS * KW * VP * 2 : 0;
-  static constexpr int LOC_BYTES = 4 * N * 16;
+  static constexpr WkLayout L = wk_layout(D, DV, FP8);
+  static constexpr int WARPS = WkLayout::WARPS, THREADS = 32 * WARPS;
+  static constexpr int KW = WkLayout::KW;  // keys per warp per tile (the k of the P V mma)
+  static constexpr int N = WkLayout::N;    // keys per tile
+  static constexpr int ROWS = WkLayout::ROWS;
+  static constexpr int EB = L.eb;
+  static constexpr int QP = L.qp, KP = L.kp, VP = L.vp, KRAW = L.kraw, VRAW = L.vraw;
+  static constexpr int STAGE_BYTES = L.stage_bytes, Q_BYTES = L.q_bytes, CVT_BYTES = L.cvt_bytes;
+  static constexpr int CTAS = L.ctas, STAGES = L.stages;
+  static constexpr int LOC_BYTES = STAGES * L.loc_stage;
   static constexpr int BASE_BYTES = Q_BYTES + CVT_BYTES + LOC_BYTES;
-  // Two CTAs per SM only when three stages fit that way (else one CTA, up to 4 stages).
-  static constexpr int STAGES = decode_stages(BASE_BYTES, STAGE_BYTES, 3);
   static constexpr int SMEM_BYTES = BASE_BYTES + STAGES * STAGE_BYTES;
   // The cross-warp merge at the end reuses the stages: per warp 16 x DV fp32 partials plus the
   // row maxima and sums, then the merged row statistics.
@@ -95,7 +147,7 @@ struct DecodeWkConfig {
   static_assert(D % 16 == 0 && DV % 16 == 0 && DV <= 256, "head dims");
   static_assert(!FP8 || D % 64 == 0, "fp8 K fragments are read 64 dims at a time");
   static_assert(STAGES >= 2, "fewer than two K/V stages fit in shared memory");
-  static_assert(SMEM_BYTES <= 227 * 1024, "shared memory per CTA exceeds 227 KB");
+  static_assert(SMEM_BYTES <= decode_smem_per_cta(CTAS), "shared memory exceeds the CTA's share");
   static_assert(MERGE_BYTES <= STAGES * STAGE_BYTES, "merge scratch must fit in the stages");
 };
 

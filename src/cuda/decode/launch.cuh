@@ -57,22 +57,29 @@ void launch_decode_mt(const DecodeParams& p, KvKind kv, cudaStream_t stream) {
 
 template <int D, int DV, bool QV, typename T>
 void launch_decode(const DecodeParams& p, int m_tiles, KvKind kv, cudaStream_t stream) {
-  if constexpr (QV && D == MlaWgmmaConfig::D && DV == MlaWgmmaConfig::DV) {
-    // Rows per CTA: the host's row blocks are 16 * m_tiles rows, and with m_tiles = 1 all rows
-    // fit one block, so 64-row blocks cover the same grid.
-    if (p.hopper_mla && kv == KvKind::kSame) return launch_mla_wgmma<T>(p, stream);
-  }
-  if constexpr (!QV && DV <= 256) {
-    if (m_tiles == 1) {
-      if (kv == KvKind::kSame) return launch_decode_wk<D, DV, T, KvKind::kSame>(p, stream);
-      if constexpr (D % 64 == 0) {  // the fp8 K fragments read 64 dims at a time
-        if (kv == KvKind::kE4M3) return launch_decode_wk<D, DV, T, KvKind::kE4M3>(p, stream);
-        return launch_decode_wk<D, DV, T, KvKind::kE5M2>(p, stream);
+  const bool fp8 = kv != KvKind::kSame;
+  switch (decode_shape(D, DV, QV, fp8, m_tiles, p.hopper_mla)) {
+    case DecodeShape::kMlaWgmma:
+      // 64-row blocks: the host's row blocks are 16 * m_tiles rows, and with m_tiles = 1 all
+      // rows fit one block, so 64-row blocks cover the same grid.
+      if constexpr (QV && D == MlaWgmmaConfig::D && DV == MlaWgmmaConfig::DV)
+        return launch_mla_wgmma<T>(p, stream);
+      break;
+    case DecodeShape::kWarpKeys:
+      if constexpr (!QV && DV <= 256) {
+        if (kv == KvKind::kSame) return launch_decode_wk<D, DV, T, KvKind::kSame>(p, stream);
+        if constexpr (D % 64 == 0) {  // the fp8 K fragments read 64 dims at a time
+          if (kv == KvKind::kE4M3) return launch_decode_wk<D, DV, T, KvKind::kE4M3>(p, stream);
+          return launch_decode_wk<D, DV, T, KvKind::kE5M2>(p, stream);
+        }
       }
-    }
+      break;
+    case DecodeShape::kColumns:
+      if (m_tiles == 1) return launch_decode_mt<D, DV, QV, T, 1>(p, kv, stream);
+      return launch_decode_mt<D, DV, QV, T, 4>(p, kv, stream);
   }
-  if (m_tiles == 1) return launch_decode_mt<D, DV, QV, T, 1>(p, kv, stream);
-  return launch_decode_mt<D, DV, QV, T, 4>(p, kv, stream);
+  throw Error("decode kernel", "an instance for this shape (dispatch and launch agree)",
+              "none built");
 }
 
 }  // namespace flashback::cuda

@@ -110,7 +110,7 @@ __device__ __forceinline__ void widen_v(const unsigned char* stage, int warp, in
 }  // namespace wk
 
 template <typename Cfg, typename T, KvKind KV>
-__global__ void __launch_bounds__(Cfg::THREADS) decode_wk_kernel(const DecodeParams p) {
+__global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS) decode_wk_kernel(const DecodeParams p) {
   constexpr int D = Cfg::D, DV = Cfg::DV, N = Cfg::N, KW = Cfg::KW, ROWS = Cfg::ROWS;
   constexpr int WARPS = Cfg::WARPS, THREADS = Cfg::THREADS, STAGES = Cfg::STAGES, EB = Cfg::EB;
   constexpr int QP = Cfg::QP, KP = Cfg::KP, VP = Cfg::VP;

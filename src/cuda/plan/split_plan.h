@@ -27,10 +27,13 @@ enum class SplitRule {
   // Two resident CTAs per SM and work that varies per entry: about eight CTAs per SM over the
   // launch (four waves), so the tail wave is short.
   kManyWaves,
-  // One resident CTA per SM and the same work per key everywhere (the Hopper MLA kernel, which
-  // is compute-bound): the fewest splits that keep at least 90 % of the SM slots of the launch's
-  // waves busy (or the best there is below that). Each split reloads Q and adds to the combine,
-  // so a few per cent of tail is not worth many more splits.
+  // Kernels that hold their SM slot for the whole split (the Hopper MLA kernel, one CTA per SM;
+  // the warps-split-keys kernel, up to three): the fewest splits that keep at least 90 % of the
+  // SM slots (SMs x resident CTAs) of the launch's waves busy (or the best there is below that),
+  // which for one long request is one wave of long splits. Each split reloads Q and adds to the
+  // combine, so a few per cent of tail is not worth many more splits. On the H200 (session 6)
+  // against kManyWaves for the warps-split-keys kernel: decode_b1_L128k 0.188 -> 0.159 ms,
+  // decode_b8_L32k 0.299 -> 0.283, decode_b128_ragged 1.245 -> 1.216, the rest within 1.5 %.
   kOneWave,
 };
 
@@ -53,9 +56,10 @@ inline int64_t one_wave_splits(int64_t ctas, int64_t sms, int64_t cap) {
 
 /// `max_keys`: an upper bound on any entry's key range (page-table width in keys).
 /// `ctas`: CTAs of one split (entries x KV heads x row blocks). `requested`: Exec/params
-/// num_splits (0 = heuristic).
+/// num_splits (0 = heuristic). `resident`: the kernel's CTAs per SM (kOneWave's slots).
 inline SplitPlan plan_splits(int64_t ctas, int64_t max_keys, int num_sms, int requested,
-                             bool deterministic, SplitRule rule = SplitRule::kManyWaves) {
+                             bool deterministic, SplitRule rule = SplitRule::kManyWaves,
+                             int resident = 1) {
   SplitPlan s;
   max_keys = std::max<int64_t>(max_keys, 1);
   if (deterministic) {
@@ -69,7 +73,8 @@ inline SplitPlan plan_splits(int64_t ctas, int64_t max_keys, int num_sms, int re
   if (requested > 0) {
     s.num_splits = std::min(requested, kMaxSplits);
   } else if (rule == SplitRule::kOneWave) {
-    s.num_splits = static_cast<int>(one_wave_splits(ctas, num_sms, cap));
+    s.num_splits =
+        static_cast<int>(one_wave_splits(ctas, int64_t{num_sms} * std::max(resident, 1), cap));
   } else {
     // Never splits shorter than kMinSplitKeys.
     const int64_t target = 8LL * std::max(num_sms, 1);
