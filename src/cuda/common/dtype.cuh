@@ -55,6 +55,16 @@ __device__ __forceinline__ uint32_t pack2(float a, float b) {
   return *reinterpret_cast<const uint32_t*>(x);
 }
 
+/// Element i (0: low half) of two 16-bit values of type T packed in a uint32, as a float.
+template <typename T>
+__device__ __forceinline__ float unpack_at(uint32_t two, int i) {
+  const unsigned short bits = static_cast<unsigned short>(i ? two >> 16 : two & 0xffffu);
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    return __bfloat162float(__ushort_as_bfloat16(bits));
+  else
+    return __half2float(__ushort_as_half(bits));
+}
+
 // Two fp8 values (low byte first) to two 16-bit values of type T, packed in a uint32. Exact:
 // every e4m3 and e5m2 value is representable in both fp16 and bf16.
 template <typename T, KvKind K>

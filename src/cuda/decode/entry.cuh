@@ -81,17 +81,65 @@ __device__ __forceinline__ bool load_entry(const DecodeParams& p, DecodeEntry& e
   return true;
 }
 
+/// The CTA's ROWS x W slice of q (or qv) held as 16-byte chunks in registers, IT per thread.
+/// Every load is issued before any is used, so the slice costs one memory latency; the first
+/// form (one element per iteration, stored before the next load) paid one per element a thread
+/// owned, 16 for a full 16-row block, which made the verify kernel ~10 % slower than decode on
+/// the same bytes (docs/PERFORMANCE_GPU.md, session 6). Rows past the entry are zeros; a row
+/// whose address is not 16-byte aligned (odd strides) is read element by element.
+template <typename T, int ROWS, int W, int THREADS>
+struct RowChunks {
+  static constexpr int V = 16 / static_cast<int>(sizeof(T));  // elements per chunk
+  static constexpr int CPR = W / V, CH = ROWS * CPR, IT = (CH + THREADS - 1) / THREADS;
+  static_assert(W % V == 0, "rows of whole 16-byte chunks");
+  uint4 v[IT];
+
+  // Chunk k of this thread: row r (block-relative), first element d; false past the slice.
+  static __device__ __forceinline__ bool at(int k, int& r, int& d) {
+    const int c = static_cast<int>(threadIdx.x) + k * THREADS;
+    r = c / CPR;
+    d = (c % CPR) * V;
+    return CH % THREADS == 0 || c < CH;
+  }
+  __device__ __forceinline__ void load(const DecodeParams& p, const DecodeEntry& e, const T* src,
+                                       int64_t st, int64_t sh) {
+#pragma unroll
+    for (int k = 0; k < IT; ++k) {
+      int r, d;
+      v[k] = make_uint4(0, 0, 0, 0);
+      if (!at(k, r, d) || e.row0 + r >= e.rows_total) continue;
+      const int gr = e.row0 + r;
+      const T* row = src + e.token(p, gr) * st + e.head(p, gr) * sh + d;
+      if ((reinterpret_cast<uintptr_t>(row) & 15) == 0) {
+        v[k] = *reinterpret_cast<const uint4*>(row);
+      } else {
+        uint32_t w[4];
+#pragma unroll
+        for (int h = 0; h < 4; ++h) w[h] = pack2<T>(to_float(row[2 * h]), to_float(row[2 * h + 1]));
+        v[k] = make_uint4(w[0], w[1], w[2], w[3]);
+      }
+    }
+  }
+  // Into shared memory at `dst`, row pitch P elements (16-byte aligned rows).
+  template <int P>
+  __device__ __forceinline__ void store(T* dst) const {
+#pragma unroll
+    for (int k = 0; k < IT; ++k) {
+      int r, d;
+      if (at(k, r, d)) *reinterpret_cast<uint4*>(dst + r * P + d) = v[k];
+    }
+  }
+};
+
 /// The CTA's ROWS x W slice of q (or qv) into shared memory (pitch P); rows past the entry are
 /// zeros.
-template <typename T, int ROWS, int W, int P>
+template <typename T, int ROWS, int W, int P, int THREADS>
 __device__ __forceinline__ void load_rows(const DecodeParams& p, const DecodeEntry& e, const T* src,
                                           int64_t st, int64_t sh, T* dst) {
-  for (int i = threadIdx.x; i < ROWS * W; i += blockDim.x) {
-    const int r = i / W, d = i % W, gr = e.row0 + r;
-    T x = from_float<T>(0.f);
-    if (gr < e.rows_total) x = src[e.token(p, gr) * st + e.head(p, gr) * sh + d];
-    dst[r * P + d] = x;
-  }
+  static_assert((P * sizeof(T)) % 16 == 0, "16-byte aligned shared rows");
+  RowChunks<T, ROWS, W, THREADS> rows;
+  rows.load(p, e, src, st, sh);
+  rows.template store<P>(dst);
 }
 
 /// Points a K/V pipeline (common/paged.cuh) at this CTA's entry: its page-table row, KV head g

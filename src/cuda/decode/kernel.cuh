@@ -61,9 +61,9 @@ __global__ void __launch_bounds__(Cfg::THREADS) decode_kernel(const DecodeParams
   const int q_len = e.q_len, kv_len = e.kv_len, rows_total = e.rows_total, row0 = e.row0;
   const int split = e.split, q0 = e.q0, g = e.g, end = e.end;
   const float kd = e.kd, vd = e.vd;
-  load_rows<T, ROWS, D, QP>(p, e, static_cast<const T*>(p.q), p.q_st, p.q_sh, sQ);
+  load_rows<T, ROWS, D, QP, THREADS>(p, e, static_cast<const T*>(p.q), p.q_st, p.q_sh, sQ);
   if constexpr (QV)
-    load_rows<T, ROWS, DV, QVP>(p, e, static_cast<const T*>(p.qv), p.qv_st, p.qv_sh, sQV);
+    load_rows<T, ROWS, DV, QVP, THREADS>(p, e, static_cast<const T*>(p.qv), p.qv_st, p.qv_sh, sQV);
 
   // K/V tiles (cuda/common/paged.cuh).
   KvPipeline<N, D * EB / 16, DV * EB / 16, Cfg::KRAW, Cfg::VRAW, THREADS, STAGES, Cfg::STAGE_BYTES,

@@ -25,6 +25,7 @@
 #include "cuda/decode/config.h"
 #include "cuda/decode/entry.cuh"
 #include "cuda/decode/params.h"
+#include "cuda/decode/warp_pipeline.cuh"
 
 namespace flashback::cuda {
 
@@ -56,33 +57,47 @@ __device__ __forceinline__ uint32_t fp8x2_f16(uint32_t two) {
   return fp8x2_to<__half, KV>(static_cast<uint16_t>(two));
 }
 
-// The CTA's q rows, scaled by 2^k into fp16 range and permuted as above; returns 2^-k.
-template <typename T, int ROWS, int D, int QP>
+// fp8_dim_of's inverse: the shared q position of head dim `dim`.
+__device__ __forceinline__ int fp8_pos_of(int dim) {
+  const int rem = dim & 63, c = rem >> 4, j = rem & 3;
+  const int s = (dim >> 6) * 4 + ((rem & 15) >> 2);
+  return s * 16 + (j >> 1) * 8 + c * 2 + (j & 1);
+}
+
+// The CTA's q rows, scaled by 2^k into fp16 range and permuted as above; returns 2^-k. The rows
+// are read once, into registers (entry.cuh, RowChunks), for both the maximum and the store.
+template <typename T, int ROWS, int D, int QP, int THREADS>
 __device__ __forceinline__ float load_q_fp16(const DecodeParams& p, const DecodeEntry& e,
                                              __half* sQ) {
   __shared__ float red[32];
-  const T* q = static_cast<const T*>(p.q);
-  const int rows = min(ROWS, e.rows_total - e.row0);
-  float mx = 0.f;
-  for (int i = threadIdx.x; i < rows * D; i += blockDim.x) {
-    const int gr = e.row0 + i / D;
-    mx = fmaxf(mx, fabsf(to_float(q[e.token(p, gr) * p.q_st + e.head(p, gr) * p.q_sh + i % D])));
-  }
+  RowChunks<T, ROWS, D, THREADS> q;
+  q.load(p, e, static_cast<const T*>(p.q), p.q_st, p.q_sh);
+  // Element x (0..7) of chunk c.
+  auto elem = [&q](int c, int x) {
+    const uint4& v = q.v[c];
+    const uint32_t two = x < 2 ? v.x : x < 4 ? v.y : x < 6 ? v.z : v.w;
+    return unpack_at<T>(two, x & 1);
+  };
+  float mx = 0.f;  // rows past the entry hold zeros
+#pragma unroll
+  for (int c = 0; c < q.IT; ++c)
+#pragma unroll
+    for (int x = 0; x < 8; ++x) mx = fmaxf(mx, fabsf(elem(c, x)));
   for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
   if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = mx;
   __syncthreads();
   mx = 0.f;
-  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) mx = fmaxf(mx, red[w]);
+  for (int wp = 0; wp < THREADS / 32; ++wp) mx = fmaxf(mx, red[wp]);
   // |q| 2^k in [2^14, 2^15): fp16's top binade stays free, so no rounding overflows.
   int k = 0;
   if (mx > 0.f && mx <= 3.0e38f) k = min(100, max(-100, 14 - ilogbf(mx)));
   const float qs = ldexpf(1.f, k);
-  for (int i = threadIdx.x; i < ROWS * D; i += blockDim.x) {
-    const int r = i / D, pos = i % D, gr = e.row0 + r;
-    float x = 0.f;
-    if (gr < e.rows_total)
-      x = to_float(q[e.token(p, gr) * p.q_st + e.head(p, gr) * p.q_sh + fp8_dim_of(pos)]) * qs;
-    sQ[r * QP + pos] = __float2half_rn(x);
+#pragma unroll
+  for (int c = 0; c < q.IT; ++c) {
+    int r, d;
+    if (!q.at(c, r, d)) continue;
+#pragma unroll
+    for (int x = 0; x < 8; ++x) sQ[r * QP + fp8_pos_of(d + x)] = __float2half_rn(elem(c, x) * qs);
   }
   return ldexpf(1.f, -k);
 }
@@ -130,13 +145,18 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS) decode_wk_kernel(cons
   if (!load_entry<T, DV, ROWS, N>(p, e)) return;
   float q_unscale = 1.f;
   if constexpr (FP8)
-    q_unscale = wk::load_q_fp16<T, ROWS, D, QP>(p, e, sQ);
+    q_unscale = wk::load_q_fp16<T, ROWS, D, QP, THREADS>(p, e, sQ);
   else
-    load_rows<T, ROWS, D, QP>(p, e, static_cast<const T*>(p.q), p.q_st, p.q_sh, sQ);
+    load_rows<T, ROWS, D, QP, THREADS>(p, e, static_cast<const T*>(p.q), p.q_st, p.q_sh, sQ);
 
-  KvPipeline<N, D * EB / 16, DV * EB / 16, Cfg::KRAW, Cfg::VRAW, THREADS, STAGES, Cfg::STAGE_BYTES,
-             EB>
-      kv;
+  // K/V tiles: per warp (warp_pipeline.cuh, each warp streams its own 16 keys, no barrier
+  // across warps until the merge) or per CTA (common/paged.cuh, a barrier per tile); config.h
+  // says which.
+  using WarpPipe = WarpKvPipeline<KW, N, D * EB / 16, DV * EB / 16, Cfg::KRAW, Cfg::VRAW, STAGES,
+                                  Cfg::STAGE_BYTES, EB>;
+  using CtaPipe = KvPipeline<N, D * EB / 16, DV * EB / 16, Cfg::KRAW, Cfg::VRAW, THREADS, STAGES,
+                             Cfg::STAGE_BYTES, EB>;
+  std::conditional_t<Cfg::WARP_PIPE, WarpPipe, CtaPipe> kv;
   bind_kv(kv, p, e, sLoc, sStage);
 
   // This thread's two rows (lane / 4 and lane / 4 + 8 of the block) and their key ranges.
@@ -165,9 +185,13 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS) decode_wk_kernel(cons
 
   C* v16 = sCvt + warp * KW * VP;  // fp8: this warp's widened V rows
   kv.prologue(p);
+  __syncthreads();  // q's rows, written by every warp, before any warp's first S
   for (int j = 0; j < kv.ntiles; ++j) {
     cp_async_wait<STAGES - 2>();
-    __syncthreads();
+    if constexpr (Cfg::WARP_PIPE)
+      __syncwarp();  // this warp's copies (its lanes') and key offsets have landed
+    else
+      __syncthreads();
     kv.advance(j);
     const int t0 = kv.first + j * N + warp * KW;  // this warp's first key
     if (t0 < e.end) {
