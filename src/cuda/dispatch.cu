@@ -15,6 +15,7 @@
 #include "cuda/device_facts.h"
 #include "cuda/dispatch.h"
 #include "cuda/merge/merge.h"
+#include "cuda/paged_params.h"
 #include "cuda/plan/split_plan.h"
 #include "cuda/prefill/prefill.h"
 #include "cuda/store/store.h"
@@ -165,73 +166,21 @@ Resolved resolve(const PagedAttentionParams& p, const detail::PagedShape& s, con
   }
 
   DecodeParams& d = r.dp;
-  d.q = p.q.data;
-  d.q_st = p.q.strides[0];
-  d.q_sh = p.q.strides[1];
+  fill_query_fields(d, p.q, p.out, p.lse, p.cu_seqlens_q, s.batch, s.heads_q, s.heads_kv, s.scale,
+                    p.causal, p.window_left, p.window_right, p.softcap);
   if (qv) {
     d.qv = p.qv.data;
     d.qv_st = p.qv.strides[0];
     d.qv_sh = p.qv.strides[1];
   }
-  const bool paged4 = p.k_cache.ndim == 4;
-  d.k = p.k_cache.data;
-  d.v = p.v_cache.data;
-  d.k_sp = p.k_cache.strides[0];
-  d.v_sp = p.v_cache.strides[0];
-  d.k_so = paged4 ? p.k_cache.strides[1] : 0;
-  d.v_so = paged4 ? p.v_cache.strides[1] : 0;
-  d.k_sh = p.k_cache.strides[paged4 ? 2 : 1];
-  d.v_sh = p.v_cache.strides[paged4 ? 2 : 1];
-  d.table = p.page_table.ptr<const int32_t>();
-  d.table_s0 = p.page_table.strides[0];
-  d.table_s1 = p.page_table.strides[1];
-  d.table_holds_slots = p.table_holds_slots;
-  if (p.table_rows.defined()) {
-    d.table_rows = p.table_rows.ptr<const int32_t>();
-    d.table_rows_s = p.table_rows.strides[0];
-  }
-  if (p.kv_start.defined()) {
-    d.kv_start = p.kv_start.ptr<const int32_t>();
-    d.kv_start_s = p.kv_start.strides[0];
-  }
-  d.seqlens = p.cache_seqlens.ptr<const int32_t>();
-  d.seqlens_s = p.cache_seqlens.strides[0];
-  d.cu_q = p.cu_seqlens_q.ptr<const int32_t>();
-  d.cu_q_s = p.cu_seqlens_q.strides[0];
-  if (p.k_descale.defined()) {
-    d.k_descale = p.k_descale.ptr<const float>();
-    d.kd_s0 = p.k_descale.strides[0];
-    d.kd_s1 = p.k_descale.strides[1];
-  }
-  if (p.v_descale.defined()) {
-    d.v_descale = p.v_descale.ptr<const float>();
-    d.vd_s0 = p.v_descale.strides[0];
-    d.vd_s1 = p.v_descale.strides[1];
-  }
-  d.out = p.out.data;
-  d.out_st = p.out.strides[0];
-  d.out_sh = p.out.strides[1];
-  if (p.lse.defined()) {
-    d.lse = p.lse.ptr<float>();
-    d.lse_st = p.lse.strides[0];
-    d.lse_sh = p.lse.strides[1];
-  }
+  fill_paged_kv(d, p, s.page_size);
   d.use_workspace = plan.use_workspace;
-  d.batch = static_cast<int>(s.batch);
-  d.heads_q = static_cast<int>(s.heads_q);
   d.heads_kv = static_cast<int>(s.heads_kv);
-  d.group = static_cast<int>(group);
-  d.page_size = static_cast<int>(s.page_size);
   d.total_q = static_cast<int>(s.total_q);
   d.max_q = static_cast<int>(max_q);
   d.row_blocks = static_cast<int>(row_blocks);
   d.num_splits = plan.num_splits;
   d.split_chunk = plan.split_chunk;
-  d.scale = s.scale;
-  d.softcap = p.softcap;
-  d.causal = p.causal;
-  d.window_left = p.window_left;
-  d.window_right = p.window_right;
 
   CombineParams& c = r.cp;
   c.num_splits = plan.num_splits;

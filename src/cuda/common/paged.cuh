@@ -111,16 +111,42 @@ __device__ __forceinline__ void copy_tile(unsigned char* dst0, const KeyBytes* a
   }
 }
 
+/// Issues the 16-byte copies of NW keys (one warp's): K rows of CK chunks to k_dst (pitch KRAW),
+/// V rows of CV chunks to v_dst (pitch VRAW), key i located by at[i]. Consecutive lanes take
+/// consecutive chunks of a key, so each copy instruction is coalesced.
+template <int NW, int CK, int CV, int KRAW, int VRAW>
+__device__ __forceinline__ void copy_keys_warp(unsigned char* k_dst, unsigned char* v_dst,
+                                               const KeyBytes* at, const unsigned char* kbase,
+                                               const unsigned char* vbase, int lane) {
+  constexpr int C = CK + CV;
+  static_assert((NW * C) % 32 == 0, "whole rounds of copies per lane");
+#pragma unroll
+  for (int it = 0; it < NW * C / 32; ++it) {
+    const int c = lane + 32 * it, key = c / C, ch = c % C;
+    const bool is_k = ch < CK;
+    const int64_t off = is_k ? at[key].x : at[key].y;
+    unsigned char* dst = is_k ? k_dst + key * KRAW + ch * 16 : v_dst + key * VRAW + (ch - CK) * 16;
+    const unsigned char* src = is_k ? kbase + ch * 16 : vbase + (ch - CK) * 16;
+    cp_async16_or_zero(dst, src + off, off >= 0);
+  }
+}
+
 /// A kernel's K/V tile pipeline: STAGES shared-memory stages of N keys over keys [first, end).
-/// Thread k < N owns key k of every tile: it reads the key's table entry one tile ahead and
+/// Each key of a tile has an owner thread that reads the key's table entry one tile ahead and
 /// publishes the key's byte offsets into the tile's slot of `loc` at the end of an iteration,
-/// so the next iteration's copies find them after its barrier. Per tile j the kernel does:
-///   cp_async_wait<STAGES - 2>(); __syncthreads(); advance(j); ...compute on stage(j)...;
-///   retire(p, j);
+/// so the next iteration's copies find them after the pipeline's barrier. Two ownerships:
+///   NW = 0: the CTA shares every tile. Thread k < N owns key k; all threads copy the tile, and
+///     the barrier is __syncthreads.
+///   NW > 0: warp w reads only its own NW keys [w NW, w NW + NW) of a tile (the warps-split-keys
+///     decode kernel). Lane l < NW owns key w NW + l, the warp copies its own keys, and the
+///     barrier is __syncwarp: no barrier across warps (with one resident CTA a __syncthreads per
+///     tile stalled every warp on the SM, docs/PERFORMANCE_GPU.md session 6).
+/// Per tile j the kernel does:
+///   cp_async_wait<STAGES - 2>(); sync(); advance(j); ...compute on stage(j)...; retire(p, j);
 /// The cache strides are read from the kernel's params `p` (any struct with k_sp, k_so, v_sp,
 /// v_so) where they are used, not kept in registers: the prefill kernel runs at 255.
 template <int N, int CK, int CV, int KRAW, int VRAW, int THREADS, int STAGES, int STAGE_BYTES,
-          int EB>
+          int EB, int NW = 0>
 struct KvPipeline {
   PageWalk walk;
   KeyBytes* loc = nullptr;                                 // [STAGES][N], shared
@@ -145,22 +171,45 @@ struct KvPipeline {
   __device__ __forceinline__ unsigned char* stage(int tile) const {
     return stages + (tile % STAGES) * STAGE_BYTES;
   }
-  __device__ __forceinline__ int key_of(int tile) const {
-    return first + tile * N + static_cast<int>(threadIdx.x);
+  /// The pipeline's barrier: the copies this thread waited for, and the key offsets, are then
+  /// visible to every thread that reads them.
+  static __device__ __forceinline__ void sync() {
+    if constexpr (NW > 0)
+      __syncwarp();
+    else
+      __syncthreads();
   }
+  /// Whether this thread owns a key of each tile, and which (tile-relative).
+  static __device__ __forceinline__ bool owns() {
+    if constexpr (NW > 0) return (threadIdx.x & 31) < NW;
+    return threadIdx.x < N;
+  }
+  static __device__ __forceinline__ int owned() {
+    if constexpr (NW > 0) return static_cast<int>((threadIdx.x >> 5) * NW + (threadIdx.x & 31));
+    return static_cast<int>(threadIdx.x);
+  }
+  __device__ __forceinline__ int key_of(int tile) const { return first + tile * N + owned(); }
   __device__ __forceinline__ int32_t fetch(int tile) const {
-    return threadIdx.x < N && key_of(tile) < end ? walk.read(key_of(tile)) : 0;
+    return owns() && key_of(tile) < end ? walk.read(key_of(tile)) : 0;
   }
   template <typename P>
   __device__ __forceinline__ void publish(const P& p, int tile, int32_t entry) {
-    if (threadIdx.x < N)
-      loc[(tile % STAGES) * N + threadIdx.x] =
+    if (owns())
+      loc[(tile % STAGES) * N + owned()] =
           key_of(tile) < end
               ? key_bytes(walk.locate(entry, key_of(tile)), p.k_sp, p.k_so, p.v_sp, p.v_so, EB)
               : no_key();
   }
   __device__ __forceinline__ void copy(int tile) {
-    copy_tile<N, CK, CV, KRAW, VRAW, THREADS>(stage(tile), loc + (tile % STAGES) * N, kbase, vbase);
+    unsigned char* st = stage(tile);
+    const KeyBytes* at = loc + (tile % STAGES) * N;
+    if constexpr (NW > 0) {
+      const int w0 = static_cast<int>(threadIdx.x >> 5) * NW;  // the warp's first key
+      copy_keys_warp<NW, CK, CV, KRAW, VRAW>(st + w0 * KRAW, st + N * KRAW + w0 * VRAW, at + w0,
+                                             kbase, vbase, static_cast<int>(threadIdx.x & 31));
+    } else {
+      copy_tile<N, CK, CV, KRAW, VRAW, THREADS>(st, at, kbase, vbase);
+    }
   }
   /// Tiles [0, STAGES - 1) located and their copies issued, one commit group each (cp.async
   /// the caller issued before joins tile 0's group); tile STAGES - 1 located.
@@ -171,7 +220,7 @@ struct KvPipeline {
     for (int s = 0; s < STAGES - 1; ++s) e[s] = s < ntiles ? fetch(s) : 0;
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) publish(p, s, e[s]);
-    __syncthreads();
+    sync();
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
       if (s < ntiles) copy(s);

@@ -25,7 +25,6 @@
 #include "cuda/decode/config.h"
 #include "cuda/decode/entry.cuh"
 #include "cuda/decode/params.h"
-#include "cuda/decode/warp_pipeline.cuh"
 
 namespace flashback::cuda {
 
@@ -149,14 +148,12 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS) decode_wk_kernel(cons
   else
     load_rows<T, ROWS, D, QP, THREADS>(p, e, static_cast<const T*>(p.q), p.q_st, p.q_sh, sQ);
 
-  // K/V tiles: per warp (warp_pipeline.cuh, each warp streams its own 16 keys, no barrier
-  // across warps until the merge) or per CTA (common/paged.cuh, a barrier per tile); config.h
-  // says which.
-  using WarpPipe = WarpKvPipeline<KW, N, D * EB / 16, DV * EB / 16, Cfg::KRAW, Cfg::VRAW, STAGES,
-                                  Cfg::STAGE_BYTES, EB>;
-  using CtaPipe = KvPipeline<N, D * EB / 16, DV * EB / 16, Cfg::KRAW, Cfg::VRAW, THREADS, STAGES,
-                             Cfg::STAGE_BYTES, EB>;
-  std::conditional_t<Cfg::WARP_PIPE, WarpPipe, CtaPipe> kv;
+  // K/V tiles through common/paged.cuh's pipeline, shared by the CTA (a barrier per tile) or
+  // per warp (each warp streams its own 16 keys, no barrier across warps until the merge);
+  // config.h says which.
+  KvPipeline<N, D * EB / 16, DV * EB / 16, Cfg::KRAW, Cfg::VRAW, THREADS, STAGES, Cfg::STAGE_BYTES,
+             EB, Cfg::WARP_PIPE ? KW : 0>
+      kv;
   bind_kv(kv, p, e, sLoc, sStage);
 
   // This thread's two rows (lane / 4 and lane / 4 + 8 of the block) and their key ranges.
@@ -188,10 +185,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS) decode_wk_kernel(cons
   __syncthreads();  // q's rows, written by every warp, before any warp's first S
   for (int j = 0; j < kv.ntiles; ++j) {
     cp_async_wait<STAGES - 2>();
-    if constexpr (Cfg::WARP_PIPE)
-      __syncwarp();  // this warp's copies (its lanes') and key offsets have landed
-    else
-      __syncthreads();
+    kv.sync();
     kv.advance(j);
     const int t0 = kv.first + j * N + warp * KW;  // this warp's first key
     if (t0 < e.end) {

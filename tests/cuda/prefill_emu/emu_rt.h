@@ -115,6 +115,9 @@ void launch(Dim3 grid, int threads, K&& kernel) {
 #define gridDim emu::grid_dim
 
 inline void __syncthreads() { emu::cta->bar.arrive_and_wait(); }
+inline void __syncwarp(unsigned = 0xffffffffu) {
+  emu::cta->warps[emu::thread_idx.x >> 5]->bar.arrive_and_wait();
+}
 
 inline float __shfl_xor_sync(unsigned, float v, int m) {
   return emu::exchange(v, [&](auto get) { return get(emu::lane() ^ m); });
