@@ -137,8 +137,8 @@ struct DecodeWkConfig {
   static constexpr int QP = L.qp, KP = L.kp, VP = L.vp, KRAW = L.kraw, VRAW = L.vraw;
   static constexpr int STAGE_BYTES = L.stage_bytes, Q_BYTES = L.q_bytes, CVT_BYTES = L.cvt_bytes;
   static constexpr int CTAS = L.ctas, STAGES = L.stages;
-  // Per-warp K/V pipeline (warp_pipeline.cuh) unless three 16-bit CTAs share the SM. With one
-  // resident CTA (head dim 256) a barrier per tile stalls every warp on the SM, and the fp8
+  // Per-warp K/V pipeline (common/paged.cuh, NW = KW) unless three 16-bit CTAs share the SM. With
+  // one resident CTA (head dim 256) a barrier per tile stalls every warp on the SM, and the fp8
   // kernel's per-warp conversions make its warps drift apart; with three bf16 CTAs the
   // CTA-wide pipeline measured slightly faster. H200, session 6, CTA-wide -> per-warp:
   // window_b32_L32k_w4k 0.338 -> 0.318 ms, softcap_b32_L8k_hd256 0.719 -> 0.683,
