@@ -4,7 +4,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -14,6 +13,7 @@
 #include "cuda/decode/launch.h"
 #include "cuda/device_facts.h"
 #include "cuda/dispatch.h"
+#include "cuda/env.h"
 #include "cuda/merge/merge.h"
 #include "cuda/paged_params.h"
 #include "cuda/plan/split_plan.h"
@@ -141,10 +141,7 @@ Resolved resolve(const PagedAttentionParams& p, const detail::PagedShape& s, con
   // MLA absorbed (64 + 512) with 16-bit caches runs on the Hopper kernel (mla_wgmma.cuh) where
   // this build and the device allow it and q's rows can be copied in 16-byte pieces;
   // FLASHBACK_DECODE_KERNEL=mma keeps kernel.cuh's (tests and A/B timing on a Hopper GPU).
-  static const bool forced_mma = [] {
-    const char* v = std::getenv("FLASHBACK_DECODE_KERNEL");
-    return v != nullptr && std::string(v) == "mma";
-  }();
+  static const bool forced_mma = env_value("FLASHBACK_DECODE_KERNEL") == "mma";
   const DeviceFacts facts = device_facts(s.device.index);
   r.dp.hopper_mla = qv && s.head_dim == 64 && s.head_dim_v == 512 && r.kv == KvKind::kSame &&
                     facts.sm90a && !forced_mma && aligned16(p.q) && aligned16(p.qv);

@@ -3,13 +3,13 @@
 // grid and calls the generated instance for (head dims, q dtype).
 #include <cuda_runtime.h>
 
-#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "cuda/common/check.cuh"
 #include "cuda/common/dtype.cuh"
 #include "cuda/device_facts.h"
+#include "cuda/env.h"
 #include "cuda/prefill/make_params.h"
 #include "cuda/prefill/params.h"
 #include "cuda/prefill/prefill.h"
@@ -79,10 +79,7 @@ void check_grid(int64_t batch, int64_t heads_q) {
 }  // namespace
 
 bool wgmma_available() {
-  static const bool forced_mma = [] {
-    const char* v = std::getenv("FLASHBACK_PREFILL_KERNEL");
-    return v != nullptr && std::string(v) == "mma";
-  }();
+  static const bool forced_mma = env_value("FLASHBACK_PREFILL_KERNEL") == "mma";
   return !forced_mma && device_facts().sm90a;
 }
 
@@ -92,8 +89,7 @@ int wgmma_grid_x(const PrefillParams& p) {
   // twice; a smaller grid keeps one block per CTA so that no SM idles.
   // FLASHBACK_PREFILL_PAIRS=0: never pair; =1: always (the tests' small grids, for coverage).
   static const int mode = [] {
-    const char* v = std::getenv("FLASHBACK_PREFILL_PAIRS");
-    const std::string s = v != nullptr ? v : "";
+    const std::string s = env_value("FLASHBACK_PREFILL_PAIRS");
     return s == "0" ? 0 : s == "1" ? 1 : -1;
   }();
   const int half = (p.m_blocks + 1) / 2;

@@ -1,0 +1,17 @@
+// The library's environment switches (FLASHBACK_PREFILL_KERNEL, FLASHBACK_PREFILL_PAIRS,
+// FLASHBACK_DECODE_KERNEL: kernel choices for tests and A/B timing, README "The two commands").
+// Callers read each once per process (a function-local static).
+#pragma once
+
+#include <cstdlib>
+#include <string>
+
+namespace flashback::cuda {
+
+/// The variable's value, or "" when it is not set.
+inline std::string env_value(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : "";
+}
+
+}  // namespace flashback::cuda
