@@ -15,6 +15,7 @@ TEST(DecodeConfig, ShapeRule) {
   EXPECT_EQ(decode_shape(64, 512, true, false, 4, true), DecodeShape::kMlaWgmma);
   EXPECT_EQ(decode_shape(64, 512, true, false, 1, false), DecodeShape::kColumns);
   EXPECT_EQ(decode_shape(64, 512, true, true, 1, false), DecodeShape::kColumns);
+  EXPECT_EQ(decode_shape(64, 512, true, true, 1, true), DecodeShape::kColumns);  // fp8 cache
   // <= 16 rows (one m-tile) and v heads <= 256: warps split the keys; fp8 needs D % 64 == 0.
   for (int d : {64, 128, 192, 256}) {
     EXPECT_EQ(decode_shape(d, d == 192 ? 128 : d, false, false, 1, false), DecodeShape::kWarpKeys);
@@ -54,14 +55,15 @@ TEST(DecodeConfig, WarpKeysLayoutFitsItsResidency) {
       if (fp8 && d % 64 != 0) continue;
       const int dv = d == 192 ? 128 : d;
       const WkLayout l = wk_layout(d, dv, fp8);
-      const int smem = l.q_bytes + l.cvt_bytes + l.stages * (l.stage_bytes + l.loc_stage);
+      const int smem =
+          l.q_bytes + l.cvt_bytes + l.static_bytes + l.stages * (l.stage_bytes + l.loc_stage);
       EXPECT_GE(l.stages, 2) << d;
       EXPECT_LE(l.stages, 4) << d;
       EXPECT_LE(smem, decode_smem_per_cta(l.ctas)) << d;
       // The residency is the largest that keeps its stage rule (3 CTAs with >= 2 stages, else 2
       // with >= 3): one more CTA per SM would not fit.
       if (l.ctas < 3) {
-        const int more = decode_smem_per_cta(l.ctas + 1) - l.q_bytes - l.cvt_bytes;
+        const int more = decode_smem_per_cta(l.ctas + 1) - l.q_bytes - l.cvt_bytes - l.static_bytes;
         EXPECT_LT(more / (l.stage_bytes + l.loc_stage), l.ctas + 1 == 3 ? 2 : 3) << d;
       }
       // The merge at the end reuses the stages for the 4 warps' 16 x DV fp32 partials.

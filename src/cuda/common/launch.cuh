@@ -8,10 +8,10 @@
 namespace flashback::cuda {
 
 /// Raises `kernel`'s dynamic shared-memory limit to `smem` and asks for the full carveout (the
-/// kernels size their stages for two CTAs per SM; with a smaller partition the driver may fit
-/// only one), then launches it on `stream`. The attributes are per function and device; setting
-/// them on every call keeps multi-GPU processes correct, costs microseconds, and is not a stream
-/// operation, so it is legal during graph capture.
+/// short-query kernels size their stages for two or three CTAs per SM; with a smaller partition
+/// the driver may fit fewer), then launches it on `stream`. The attributes are per function and
+/// device; setting them on every call keeps multi-GPU processes correct, costs microseconds, and is
+/// not a stream operation, so it is legal during graph capture.
 template <typename Params>
 void launch_with_smem(void (*kernel)(Params), dim3 grid, int threads, int smem, cudaStream_t stream,
                       const Params& p, const char* name) {

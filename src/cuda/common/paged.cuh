@@ -148,6 +148,8 @@ __device__ __forceinline__ void copy_keys_warp(unsigned char* k_dst, unsigned ch
 template <int N, int CK, int CV, int KRAW, int VRAW, int THREADS, int STAGES, int STAGE_BYTES,
           int EB, int NW = 0>
 struct KvPipeline {
+  static_assert(NW == 0 || (NW <= 32 && THREADS / 32 * NW == N),
+                "per-warp ownership: every warp owns NW <= 32 keys of the tile");
   PageWalk walk;
   KeyBytes* loc = nullptr;                                 // [STAGES][N], shared
   unsigned char* stages = nullptr;                         // [STAGES][STAGE_BYTES], shared

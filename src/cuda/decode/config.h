@@ -25,7 +25,7 @@ enum class DecodeShape {
   kColumns,   // kernel.cuh: everything else
 };
 constexpr DecodeShape decode_shape(int d, int dv, bool qv, bool fp8, int m_tiles, bool mla_ok) {
-  if (qv && mla_ok) return DecodeShape::kMlaWgmma;
+  if (qv && mla_ok && !fp8) return DecodeShape::kMlaWgmma;
   if (!qv && dv <= 256 && m_tiles == 1 && (!fp8 || d % 64 == 0)) return DecodeShape::kWarpKeys;
   return DecodeShape::kColumns;
 }
@@ -92,6 +92,7 @@ struct WkLayout {
   static constexpr int WARPS = 4, KW = 16, N = WARPS * KW, ROWS = 16;
   int eb, qp, kp, vp, kraw, vraw;  // element bytes; 16-bit pitches (elements); raw rows (bytes)
   int stage_bytes, loc_stage, q_bytes, cvt_bytes;
+  int static_bytes;  // static __shared__ of the kernel (fp8: load_q_fp16's reduction)
   int ctas, stages;  // resident CTAs per SM, K/V stages
 };
 constexpr WkLayout wk_layout(int d, int dv, bool fp8) {
@@ -106,9 +107,10 @@ constexpr WkLayout wk_layout(int d, int dv, bool fp8) {
   l.q_bytes = WkLayout::ROWS * l.qp * 2;
   // fp8: each warp's V rows widened to fp16 (K fragments are built in registers).
   l.cvt_bytes = fp8 ? WkLayout::WARPS * WkLayout::KW * l.vp * 2 : 0;
+  l.static_bytes = fp8 ? 32 * 4 : 0;
   const auto stages_at = [&l](int ctas) {
-    const int n =
-        (decode_smem_per_cta(ctas) - l.q_bytes - l.cvt_bytes) / (l.stage_bytes + l.loc_stage);
+    const int n = (decode_smem_per_cta(ctas) - l.q_bytes - l.cvt_bytes - l.static_bytes) /
+                  (l.stage_bytes + l.loc_stage);
     return n < 4 ? n : 4;
   };
   // Three resident CTAs with two stages each where that fits, else two with three stages, else
@@ -154,7 +156,8 @@ struct DecodeWkConfig {
   static_assert(D % 16 == 0 && DV % 16 == 0 && DV <= 256, "head dims");
   static_assert(!FP8 || D % 64 == 0, "fp8 K fragments are read 64 dims at a time");
   static_assert(STAGES >= 2, "fewer than two K/V stages fit in shared memory");
-  static_assert(SMEM_BYTES <= decode_smem_per_cta(CTAS), "shared memory exceeds the CTA's share");
+  static_assert(SMEM_BYTES + L.static_bytes <= decode_smem_per_cta(CTAS),
+                "shared memory exceeds the CTA's share");
   static_assert(MERGE_BYTES <= STAGES * STAGE_BYTES, "merge scratch must fit in the stages");
 };
 

@@ -8,8 +8,9 @@
 // slots than the copies. Here each of the 4 warps owns 16 keys of every 64-key tile and runs
 // FlashAttention-2's inner loop on them alone: S = Q K^T (16 x 16) in registers, the online
 // softmax in registers (a row lives in a lane quad), P re-packed as the A operand of P V, and a
-// 16 x DV fp32 partial output per warp. One barrier per tile (the stage hand-off); the four
-// partial states merge once, through shared memory, at the end.
+// 16 x DV fp32 partial output per warp. One barrier per tile (the stage hand-off: __syncthreads
+// with the CTA-wide K/V pipeline, __syncwarp with the per-warp one, config.h's WARP_PIPE); the
+// four partial states merge once, through shared memory, at the end.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -68,7 +69,7 @@ __device__ __forceinline__ int fp8_pos_of(int dim) {
 template <typename T, int ROWS, int D, int QP, int THREADS>
 __device__ __forceinline__ float load_q_fp16(const DecodeParams& p, const DecodeEntry& e,
                                              __half* sQ) {
-  __shared__ float red[32];
+  __shared__ float red[32];  // counted in config.h's WkLayout::static_bytes
   RowChunks<T, ROWS, D, THREADS> q;
   q.load(p, e, static_cast<const T*>(p.q), p.q_st, p.q_sh);
   // Element x (0..7) of chunk c.

@@ -24,8 +24,8 @@ struct SplitPlan {
 
 /// How the default (non-deterministic) mode sizes the grid for a kernel.
 enum class SplitRule {
-  // Two resident CTAs per SM and work that varies per entry: about eight CTAs per SM over the
-  // launch (four waves), so the tail wave is short.
+  // Kernels whose shapes vary more (kernel.cuh, warps splitting the output columns): about eight
+  // CTAs per SM over the launch (several waves), so the tail wave is short.
   kManyWaves,
   // Kernels that hold their SM slot for the whole split (the Hopper MLA kernel, one CTA per SM;
   // the warps-split-keys kernel, up to three): the fewest splits that keep at least 90 % of the
