@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "build_commit.h"  // FLASHBACK_GIT_COMMIT, written at build time
+
 namespace flashback::bench {
 
 std::string build_commit() { return FLASHBACK_GIT_COMMIT; }
