@@ -113,15 +113,30 @@ void run_tasks(const AttnArgs& a, const std::vector<Task>& tasks, const Exec& ex
   }
 }
 
-void set_outputs(AttnArgs& a, const TensorView& out, const TensorView& lse) {
-  a.out = out.data;
-  a.out_dtype = out.dtype;
-  a.out_s0 = out.strides[0];
-  a.out_s1 = out.strides[1];
-  if (lse.defined()) {
-    a.lse = lse.ptr<float>();
-    a.lse_s0 = lse.strides[0];
-    a.lse_s1 = lse.strides[1];
+// What paged and ragged attention fill alike: q, the head dims and GQA group, the masking,
+// softcap and scale, and the outputs (P: the entry point's params, S: its validated shape).
+template <typename P, typename S>
+void set_query_and_outputs(AttnArgs& a, const P& p, const S& s) {
+  a.q = p.q.data;
+  a.q_dtype = p.q.dtype;
+  a.q_s0 = p.q.strides[0];
+  a.q_s1 = p.q.strides[1];
+  a.head_dim = s.head_dim;
+  a.head_dim_v = s.head_dim_v;
+  a.group = s.heads_q / s.heads_kv;
+  a.causal = p.causal;
+  a.window_left = p.window_left;
+  a.window_right = p.window_right;
+  a.softcap = p.softcap;
+  a.scale = s.scale;
+  a.out = p.out.data;
+  a.out_dtype = p.out.dtype;
+  a.out_s0 = p.out.strides[0];
+  a.out_s1 = p.out.strides[1];
+  if (p.lse.defined()) {
+    a.lse = p.lse.template ptr<float>();
+    a.lse_s0 = p.lse.strides[0];
+    a.lse_s1 = p.lse.strides[1];
   }
 }
 
@@ -160,19 +175,13 @@ void key_offsets(const AttnArgs& a, const Task& t, int64_t t0, int64_t n, int64_
 
 void paged_attention(const PagedAttentionParams& p, const detail::PagedShape& s, const Exec& exec) {
   AttnArgs a;
-  a.q = p.q.data;
-  a.q_dtype = p.q.dtype;
-  a.q_s0 = p.q.strides[0];
-  a.q_s1 = p.q.strides[1];
+  set_query_and_outputs(a, p, s);
   if (p.qv.defined()) {
     a.qv = p.qv.data;
     a.qv_s0 = p.qv.strides[0];
     a.qv_s1 = p.qv.strides[1];
   }
-  a.head_dim = s.head_dim;
   a.head_dim_qv = s.head_dim_qv;
-  a.head_dim_v = s.head_dim_v;
-  a.group = s.heads_q / s.heads_kv;
   a.k = p.k_cache.data;
   a.v = p.v_cache.data;
   a.kv_dtype = p.k_cache.dtype;
@@ -201,12 +210,6 @@ void paged_attention(const PagedAttentionParams& p, const detail::PagedShape& s,
     a.vd_s0 = p.v_descale.strides[0];
     a.vd_s1 = p.v_descale.strides[1];
   }
-  a.causal = p.causal;
-  a.window_left = p.window_left;
-  a.window_right = p.window_right;
-  a.softcap = p.softcap;
-  a.scale = s.scale;
-  set_outputs(a, p.out, p.lse);
 
   std::vector<Entry> entries(static_cast<size_t>(s.batch));
   for (int64_t b = 0; b < s.batch; ++b) {
@@ -221,13 +224,7 @@ void paged_attention(const PagedAttentionParams& p, const detail::PagedShape& s,
 void ragged_attention(const RaggedAttentionParams& p, const detail::RaggedShape& s,
                       const Exec& exec) {
   AttnArgs a;
-  a.q = p.q.data;
-  a.q_dtype = p.q.dtype;
-  a.q_s0 = p.q.strides[0];
-  a.q_s1 = p.q.strides[1];
-  a.head_dim = s.head_dim;
-  a.head_dim_v = s.head_dim_v;
-  a.group = s.heads_q / s.heads_kv;
+  set_query_and_outputs(a, p, s);
   a.k = p.k.data;
   a.v = p.v.data;
   a.kv_dtype = p.k.dtype;
@@ -236,12 +233,6 @@ void ragged_attention(const RaggedAttentionParams& p, const detail::RaggedShape&
   a.k_head = p.k.strides[1];
   a.v_s0 = p.v.strides[0];
   a.v_head = p.v.strides[1];
-  a.causal = p.causal;
-  a.window_left = p.window_left;
-  a.window_right = p.window_right;
-  a.softcap = p.softcap;
-  a.scale = s.scale;
-  set_outputs(a, p.out, p.lse);
 
   std::vector<Entry> entries(static_cast<size_t>(s.batch));
   for (int64_t b = 0; b < s.batch; ++b) {
