@@ -4,14 +4,18 @@
 
 namespace flashback::cuda {
 
-// Shared memory a CTA may take with two CTAs per SM (2 x (smem + 1 KB reserved) <= 228 KB), and
-// with one.
-constexpr int kDecodeHalfSm = 113 * 1024, kDecodeFullSm = 227 * 1024;
+// Shared memory a CTA may take when `ctas` of them are resident on an SM (the SM has 228 KB, the
+// driver reserves 1 KB per CTA, a CTA may take at most 227 KB).
+constexpr int decode_smem_per_cta(int ctas) {
+  const int share = 228 * 1024 / ctas - 1024;
+  return share < 227 * 1024 ? share : 227 * 1024;
+}
 
 /// K/V stages of `stage` bytes beside `base` bytes, up to 4: as many as fit with two CTAs per SM
 /// when at least `min_two` do, else as many as fit with one CTA per SM.
 constexpr int decode_stages(int base, int stage, int min_two) {
-  const int two = (kDecodeHalfSm - base) / stage, one = (kDecodeFullSm - base) / stage;
+  const int two = (decode_smem_per_cta(2) - base) / stage;
+  const int one = (decode_smem_per_cta(1) - base) / stage;
   const int n = two >= min_two ? two : one;
   return n < 4 ? n : 4;
 }
@@ -78,13 +82,6 @@ struct DecodeConfig {
 }  // namespace flashback::cuda
 
 namespace flashback::cuda {
-
-// Shared memory a CTA may take when `ctas` of them are resident on an SM (the SM has 228 KB, the
-// driver reserves 1 KB per CTA, a CTA may take at most 227 KB).
-constexpr int decode_smem_per_cta(int ctas) {
-  const int share = 228 * 1024 / ctas - 1024;
-  return share < kDecodeFullSm ? share : kDecodeFullSm;
-}
 
 // Shared-memory layout of the warps-split-keys kernel, as plain constexpr arithmetic so the host
 // (the split plan in dispatch.cu) reads the same residency the kernel is built for.
