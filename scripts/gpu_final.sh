@@ -55,8 +55,9 @@ step memcheck_prefill 60 env FLASHBACK_PREFILL_PAIRS=1 compute-sanitizer --tool 
 step memcheck_backend 45 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda_test_backend_cuda
 step memcheck_mla 60 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda_test_decode \
   --gtest_filter='CudaDecode.MlaAbsorbedVariants'
-# Both K/V pipelines of the warps-split-keys kernel (per CTA: bf16 with three CTAs per SM, head
-# dims <= 128; per warp: head dim 256, fp8). Verify and Variants cover every built head dim.
+# The warps-split-keys kernel's per-warp K/V pipeline at every residency it takes (head dims 64:
+# three CTAs per SM, 128: two (bf16) or three (fp8), 256: one). Verify and Variants cover every
+# built head dim.
 step racecheck_decode 60 compute-sanitizer --tool racecheck --error-exitcode 9 $BIN/cuda_test_decode \
   --gtest_filter='CudaDecode.Splits:CudaDecode.VerifyAndRaggedShortQueries'
 step racecheck_decode_variants 90 compute-sanitizer --tool racecheck --error-exitcode 9 $BIN/cuda_test_decode \

@@ -25,12 +25,13 @@ constexpr int decode_stages(int base, int stage, int min_two) {
 /// with 16-bit caches on an sm_90a build and device); `m_tiles`: 16-row m-tiles per block.
 enum class DecodeShape {
   kMlaWgmma,  // mla_wgmma.cuh: MLA absorbed on Hopper
-  kWarpKeys,  // warp_keys.cuh: <= 16 rows, v heads <= 256 (fp8: head dim a multiple of 64)
+  kWarpKeys,  // warp_keys.cuh: <= 16 rows, v heads <= 256 (fp8: d % 64 == 0, dv % 32 == 0)
   kColumns,   // kernel.cuh: everything else
 };
 constexpr DecodeShape decode_shape(int d, int dv, bool qv, bool fp8, int m_tiles, bool mla_ok) {
   if (qv && mla_ok && !fp8) return DecodeShape::kMlaWgmma;
-  if (!qv && dv <= 256 && m_tiles == 1 && (!fp8 || d % 64 == 0)) return DecodeShape::kWarpKeys;
+  if (!qv && dv <= 256 && m_tiles == 1 && (!fp8 || (d % 64 == 0 && dv % 32 == 0)))
+    return DecodeShape::kWarpKeys;
   return DecodeShape::kColumns;
 }
 
@@ -88,7 +89,7 @@ namespace flashback::cuda {
 struct WkLayout {
   static constexpr int WARPS = 4, KW = 16, N = WARPS * KW, ROWS = 16;
   int eb, qp, kp, vp, kraw, vraw;  // element bytes; 16-bit pitches (elements); raw rows (bytes)
-  int stage_bytes, loc_stage, q_bytes, cvt_bytes;
+  int stage_bytes, loc_stage, q_bytes;
   int static_bytes;  // static __shared__ of the kernel (fp8: load_q_fp16's reduction)
   int ctas, stages;  // resident CTAs per SM, K/V stages
 };
@@ -102,20 +103,20 @@ constexpr WkLayout wk_layout(int d, int dv, bool fp8) {
   l.stage_bytes = WkLayout::N * (l.kraw + l.vraw);
   l.loc_stage = WkLayout::N * 16;  // a tile's key offsets (KeyBytes per key)
   l.q_bytes = WkLayout::ROWS * l.qp * 2;
-  // fp8: each warp's V rows widened to fp16 (K fragments are built in registers).
-  l.cvt_bytes = fp8 ? WkLayout::WARPS * WkLayout::KW * l.vp * 2 : 0;
+  // fp8 K and V fragments are built in registers from the raw stage bytes: no widened copy.
   l.static_bytes = fp8 ? 32 * 4 : 0;
   const auto stages_at = [&l](int ctas) {
-    const int n = (decode_smem_per_cta(ctas) - l.q_bytes - l.cvt_bytes - l.static_bytes) /
+    const int n = (decode_smem_per_cta(ctas) - l.q_bytes - l.static_bytes) /
                   (l.stage_bytes + l.loc_stage);
     return n < 4 ? n : 4;
   };
-  // Three resident CTAs with two stages each where that fits, else two with three stages, else
-  // one. The kernel is bound by its warps' dependency chains, not by its issue rate or the bytes
-  // in flight, so 12 warps per SM beat 8 warps with a stage more: on the H200 decode_b64_L8k
-  // 0.566 -> 0.547 ms, fp8 0.540 -> 0.495, verify_b64_q4_L4k 0.363 -> 0.326
-  // (docs/PERFORMANCE_GPU.md, session 6).
-  l.ctas = stages_at(3) >= 2 ? 3 : stages_at(2) >= 3 ? 2 : 1;
+  // The most resident CTAs (3, 2, 1) that still get three stages, i.e. two tiles in flight per
+  // warp while it computes on a third; one CTA when none does. The warps wait on their copies
+  // most of the time, so the tiles in flight come first, then the warps to overlap them. On the
+  // H200 (docs/PERFORMANCE_GPU.md, session 7), bf16 head dim 128 with 2 CTAs x 3 stages against
+  // 3 x 2: verify_b64_q4_L4k -6 %, cross -5 %, decode_b1_L128k -4 %, decode_b64_L4k -3 %,
+  // decode_b64_L8k -1 %; fp8 (18 KB stages) with 3 x 3 against 2 x 5: 3 % faster.
+  l.ctas = stages_at(3) >= 3 ? 3 : stages_at(2) >= 3 ? 2 : 1;
   l.stages = stages_at(l.ctas);
   return l;
 }
@@ -134,24 +135,18 @@ struct DecodeWkConfig {
   static constexpr int ROWS = WkLayout::ROWS;
   static constexpr int EB = L.eb;
   static constexpr int QP = L.qp, KP = L.kp, VP = L.vp, KRAW = L.kraw, VRAW = L.vraw;
-  static constexpr int STAGE_BYTES = L.stage_bytes, Q_BYTES = L.q_bytes, CVT_BYTES = L.cvt_bytes;
+  static constexpr int STAGE_BYTES = L.stage_bytes, Q_BYTES = L.q_bytes;
   static constexpr int CTAS = L.ctas, STAGES = L.stages;
-  // Per-warp K/V pipeline (common/paged.cuh, NW = KW) unless three 16-bit CTAs share the SM. With
-  // one resident CTA (head dim 256) a barrier per tile stalls every warp on the SM, and the fp8
-  // kernel's per-warp conversions make its warps drift apart; with three bf16 CTAs the
-  // CTA-wide pipeline measured slightly faster. H200, session 6, CTA-wide -> per-warp:
-  // window_b32_L32k_w4k 0.338 -> 0.318 ms, softcap_b32_L8k_hd256 0.719 -> 0.683,
-  // decode_fp8_b64_L8k 0.486 -> 0.467, decode_b64_L8k 0.529 -> 0.538.
-  static constexpr bool WARP_PIPE = CTAS < 3 || FP8;
   static constexpr int LOC_BYTES = STAGES * L.loc_stage;
-  static constexpr int BASE_BYTES = Q_BYTES + CVT_BYTES + LOC_BYTES;
+  static constexpr int BASE_BYTES = Q_BYTES + LOC_BYTES;
   static constexpr int SMEM_BYTES = BASE_BYTES + STAGES * STAGE_BYTES;
   // The cross-warp merge at the end reuses the stages: per warp 16 x DV fp32 partials plus the
   // row maxima and sums, then the merged row statistics.
   static constexpr int MERGE_BYTES = WARPS * ROWS * DV * 4 + 2 * WARPS * ROWS * 4 + 2 * ROWS * 4;
 
   static_assert(D % 16 == 0 && DV % 16 == 0 && DV <= 256, "head dims");
-  static_assert(!FP8 || D % 64 == 0, "fp8 K fragments are read 64 dims at a time");
+  static_assert(!FP8 || (D % 64 == 0 && DV % 32 == 0),
+                "fp8 K fragments are read 64 dims at a time, V fragments 4 columns at a time");
   static_assert(STAGES >= 2, "fewer than two K/V stages fit in shared memory");
   static_assert(SMEM_BYTES + L.static_bytes <= decode_smem_per_cta(CTAS),
                 "shared memory exceeds the CTA's share");

@@ -8,9 +8,8 @@
 // slots than the copies. Here each of the 4 warps owns 16 keys of every 64-key tile and runs
 // FlashAttention-2's inner loop on them alone: S = Q K^T (16 x 16) in registers, the online
 // softmax in registers (a row lives in a lane quad), P re-packed as the A operand of P V, and a
-// 16 x DV fp32 partial output per warp. One barrier per tile (the stage hand-off: __syncthreads
-// with the CTA-wide K/V pipeline, __syncwarp with the per-warp one, config.h's WARP_PIPE); the
-// four partial states merge once, through shared memory, at the end.
+// 16 x DV fp32 partial output per warp. Each warp streams its own keys (a __syncwarp per tile is
+// the stage hand-off); the four partial states merge once, through shared memory, at the end.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -102,23 +101,50 @@ __device__ __forceinline__ float load_q_fp16(const DecodeParams& p, const Decode
   return ldexpf(1.f, -k);
 }
 
-// Widens this warp's KW V rows of an fp8 stage to fp16 (for ldmatrix.trans).
+// O += P V for an fp8 stage, with V's B fragments built in registers from the raw bytes (no
+// widened copy, no ldmatrix.trans). The columns are permuted instead of the keys: mma column n of
+// n8 tile t is V column n * (DV / 8) + t so lane group g = lane / 4 reads DV / 8
+// consecutive bytes of each of its four key rows (2c, 2c+1, 2c+8, 2c+9 with c = lane % 4), and
+// one byte permute pairs two keys' bytes of the same column for one cvt.
 template <typename Cfg, KvKind KV>
-__device__ __forceinline__ void widen_v(const unsigned char* stage, int warp, int lane,
-                                        __half* v16) {
-  constexpr int DV = Cfg::DV, KW = Cfg::KW;
-  static_assert((KW * DV / 8) % 32 == 0, "whole rounds of 8-byte units per lane");
-#pragma unroll  // all loads first, so their latencies overlap
-  for (int u = lane; u < KW * DV / 8; u += 32) {
-    const int key = u / (DV / 8), c8 = u % (DV / 8);
-    const uint2 raw = *reinterpret_cast<const uint2*>(stage + Cfg::N * Cfg::KRAW +
-                                                      (warp * KW + key) * Cfg::VRAW + c8 * 8);
-    uint4 o;
-    o.x = fp8x2_f16<KV>(raw.x & 0xffff);
-    o.y = fp8x2_f16<KV>(raw.x >> 16);
-    o.z = fp8x2_f16<KV>(raw.y & 0xffff);
-    o.w = fp8x2_f16<KV>(raw.y >> 16);
-    *reinterpret_cast<uint4*>(v16 + key * Cfg::VP + c8 * 8) = o;
+__device__ __forceinline__ void pv_fp8(float (&acc)[Cfg::DV / 8][4], const uint32_t (&a)[4],
+                                       const unsigned char* vrows, int lane) {
+  constexpr int DV = Cfg::DV, W = DV / 32;  // 32-bit words per key row per lane
+  static_assert(DV % 32 == 0, "fp8 V fragments are read 4 columns at a time");
+  const int g = lane >> 2, c = lane & 3;
+  uint32_t x[4][W];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const int key = 2 * c + (q & 1) + 8 * (q >> 1);
+    const unsigned char* row = vrows + key * Cfg::VRAW + g * (DV / 8);
+    if constexpr (W % 4 == 0) {
+#pragma unroll
+      for (int w = 0; w < W; w += 4) {
+        const uint4 v = *reinterpret_cast<const uint4*>(row + 4 * w);
+        x[q][w] = v.x, x[q][w + 1] = v.y, x[q][w + 2] = v.z, x[q][w + 3] = v.w;
+      }
+    } else if constexpr (W % 2 == 0) {
+#pragma unroll
+      for (int w = 0; w < W; w += 2) {
+        const uint2 v = *reinterpret_cast<const uint2*>(row + 4 * w);
+        x[q][w] = v.x, x[q][w + 1] = v.y;
+      }
+    } else {
+#pragma unroll
+      for (int w = 0; w < W; ++w) x[q][w] = *reinterpret_cast<const uint32_t*>(row + 4 * w);
+    }
+  }
+#pragma unroll
+  for (int w = 0; w < W; ++w) {
+    // Keys (2c, 2c+1) and (2c+8, 2c+9), bytes of columns 4w, 4w+1 (lo) and 4w+2, 4w+3 (hi).
+    const uint32_t lo0 = __byte_perm(x[0][w], x[1][w], 0x5140);
+    const uint32_t hi0 = __byte_perm(x[0][w], x[1][w], 0x7362);
+    const uint32_t lo1 = __byte_perm(x[2][w], x[3][w], 0x5140);
+    const uint32_t hi1 = __byte_perm(x[2][w], x[3][w], 0x7362);
+    mma16816<__half>(acc[4 * w], a, fp8x2_f16<KV>(lo0 & 0xffff), fp8x2_f16<KV>(lo1 & 0xffff));
+    mma16816<__half>(acc[4 * w + 1], a, fp8x2_f16<KV>(lo0 >> 16), fp8x2_f16<KV>(lo1 >> 16));
+    mma16816<__half>(acc[4 * w + 2], a, fp8x2_f16<KV>(hi0 & 0xffff), fp8x2_f16<KV>(hi1 & 0xffff));
+    mma16816<__half>(acc[4 * w + 3], a, fp8x2_f16<KV>(hi0 >> 16), fp8x2_f16<KV>(hi1 >> 16));
   }
 }
 
@@ -138,7 +164,6 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS) decode_wk_kernel(cons
   unsigned char* sStage = smem;
   C* sQ = reinterpret_cast<C*>(smem + STAGES * Cfg::STAGE_BYTES);
   KeyBytes* sLoc = reinterpret_cast<KeyBytes*>(smem + STAGES * Cfg::STAGE_BYTES + Cfg::Q_BYTES);
-  C* sCvt = reinterpret_cast<C*>(smem + STAGES * Cfg::STAGE_BYTES + Cfg::Q_BYTES + Cfg::LOC_BYTES);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   DecodeEntry e;
@@ -149,11 +174,14 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS) decode_wk_kernel(cons
   else
     load_rows<T, ROWS, D, QP, THREADS>(p, e, static_cast<const T*>(p.q), p.q_st, p.q_sh, sQ);
 
-  // K/V tiles through common/paged.cuh's pipeline, shared by the CTA (a barrier per tile) or
-  // per warp (each warp streams its own 16 keys, no barrier across warps until the merge);
-  // config.h says which.
+  // K/V tiles through common/paged.cuh's pipeline with per-warp ownership: each warp streams its
+  // own 16 keys of a tile, with no barrier across warps until the merge. (The CTA-wide form, a
+  // __syncthreads per tile, stalled every warp on the SM with one resident CTA: H200, session 6,
+  // CTA-wide -> per-warp: window_b32_L32k_w4k 0.338 -> 0.318 ms, softcap_b32_L8k_hd256 0.719 ->
+  // 0.683, decode_fp8_b64_L8k 0.486 -> 0.467; it was last ahead, 0.529 against 0.538 ms, for
+  // bf16 decode_b64_L8k at three CTAs x two stages, a layout config.h no longer picks.)
   KvPipeline<N, D * EB / 16, DV * EB / 16, Cfg::KRAW, Cfg::VRAW, THREADS, STAGES, Cfg::STAGE_BYTES,
-             EB, Cfg::WARP_PIPE ? KW : 0>
+             EB, KW>
       kv;
   bind_kv(kv, p, e, sLoc, sStage);
 
@@ -181,7 +209,6 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS) decode_wk_kernel(cons
 #pragma unroll
   for (int u = 0; u < DV / 8; ++u) acc[u][0] = acc[u][1] = acc[u][2] = acc[u][3] = 0.f;
 
-  C* v16 = sCvt + warp * KW * VP;  // fp8: this warp's widened V rows
   kv.prologue(p);
   __syncthreads();  // q's rows, written by every warp, before any warp's first S
   for (int j = 0; j < kv.ntiles; ++j) {
@@ -191,14 +218,12 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS) decode_wk_kernel(cons
     const int t0 = kv.first + j * N + warp * KW;  // this warp's first key
     if (t0 < e.end) {
       const unsigned char* stage = kv.stage(j);
-      const C* Vw = reinterpret_cast<const C*>(stage + N * Cfg::KRAW + warp * KW * Cfg::VRAW);
+      const unsigned char* vrows = stage + N * Cfg::KRAW + warp * KW * Cfg::VRAW;
       // S = Q K^T: 16 rows x 16 keys, n8 tiles 0 (keys 0-7) and 1 (8-15).
       // Two accumulator sets (even / odd k-steps) halve the dependent mma chain: with one or
       // two warps per scheduler its latency, not the issue rate, bounds a tile.
       float s[2][4] = {}, s2[2][4] = {};
       if constexpr (FP8) {
-        __syncwarp();  // the previous tile's ldmatrix reads of v16 are done
-        wk::widen_v<Cfg, KV>(stage, warp, lane, v16);
         // Each lane's key (lane / 4 of each n8 tile), 16 bytes per 64 dims.
         uint4 kr[2][D / 64];
 #pragma unroll
@@ -222,8 +247,6 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS) decode_wk_kernel(cons
                         wk::fp8x2_f16<KV>(w >> 16));
           }
         }
-        __syncwarp();  // v16 written by every lane before the ldmatrix.trans below
-        Vw = v16;
       } else {
         const T* Kw = reinterpret_cast<const T*>(stage + warp * KW * Cfg::KRAW);
 #pragma unroll
@@ -273,12 +296,16 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS) decode_wk_kernel(cons
           s[nt][x] = pr;
           l_run[i] += pr;
         }
+      // Rescale O only when some row's maximum grew: after the first tiles it rarely does, and
+      // the rescale is DV / 2 multiplies per lane (the branch is uniform across the warp).
+      if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
-      for (int u = 0; u < DV / 8; ++u) {
-        acc[u][0] *= alpha[0];
-        acc[u][1] *= alpha[0];
-        acc[u][2] *= alpha[1];
-        acc[u][3] *= alpha[1];
+        for (int u = 0; u < DV / 8; ++u) {
+          acc[u][0] *= alpha[0];
+          acc[u][1] *= alpha[0];
+          acc[u][2] *= alpha[1];
+          acc[u][3] *= alpha[1];
+        }
       }
       // O += P V: S's accumulator layout is exactly the A fragment of a 16 x 16 (rows x keys) tile.
       uint32_t a[4];
@@ -286,12 +313,17 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS) decode_wk_kernel(cons
       a[1] = pack2<C>(s[0][2], s[0][3]);
       a[2] = pack2<C>(s[1][0], s[1][1]);
       a[3] = pack2<C>(s[1][2], s[1][3]);
+      if constexpr (FP8) {
+        wk::pv_fp8<Cfg, KV>(acc, a, vrows, lane);
+      } else {
+        const T* Vw = reinterpret_cast<const T*>(vrows);
 #pragma unroll
-      for (int dp = 0; dp < DV / 16; ++dp) {
-        uint32_t bv[4];
-        wk::ldsm_x4_trans(bv, Vw + (lane & 15) * VP + dp * 16 + (lane >> 4) * 8);
-        mma16816<C>(acc[2 * dp], a, bv[0], bv[1]);
-        mma16816<C>(acc[2 * dp + 1], a, bv[2], bv[3]);
+        for (int dp = 0; dp < DV / 16; ++dp) {
+          uint32_t bv[4];
+          wk::ldsm_x4_trans(bv, Vw + (lane & 15) * VP + dp * 16 + (lane >> 4) * 8);
+          mma16816<T>(acc[2 * dp], a, bv[0], bv[1]);
+          mma16816<T>(acc[2 * dp + 1], a, bv[2], bv[3]);
+        }
       }
     }
     kv.retire(p, j);
@@ -334,10 +366,18 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS) decode_wk_kernel(cons
 #pragma unroll
     for (int w = 0; w < WARPS; ++w) M = fmaxf(M, sM[w * ROWS + r]);
     const float f = m_run[i] == -INFINITY ? 0.f : exp2f(m_run[i] - M);
-    float* o = sO + (warp * ROWS + r) * DV + 2 * (lane & 3);
+    float* o = sO + (warp * ROWS + r) * DV;
 #pragma unroll
-    for (int u = 0; u < DV / 8; ++u)
-      *reinterpret_cast<float2*>(o + u * 8) = make_float2(acc[u][2 * i] * f, acc[u][2 * i + 1] * f);
+    for (int u = 0; u < DV / 8; ++u) {
+      const int n = 2 * (lane & 3);  // mma columns n, n + 1 of n8 tile u
+      if constexpr (FP8) {  // pv_fp8's column permutation
+        o[n * (DV / 8) + u] = acc[u][2 * i] * f;
+        o[(n + 1) * (DV / 8) + u] = acc[u][2 * i + 1] * f;
+      } else {
+        *reinterpret_cast<float2*>(o + u * 8 + n) =
+            make_float2(acc[u][2 * i] * f, acc[u][2 * i + 1] * f);
+      }
+    }
   }
   __syncthreads();
 
