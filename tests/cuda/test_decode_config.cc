@@ -59,8 +59,7 @@ TEST(DecodeConfig, WarpKeysLayoutFitsItsResidency) {
       if (fp8 && d % 64 != 0) continue;
       const int dv = d == 192 ? 128 : d;
       const WkLayout l = wk_layout(d, dv, fp8);
-      const int smem =
-          l.q_bytes + l.static_bytes + l.stages * (l.stage_bytes + l.loc_stage);
+      const int smem = l.q_bytes + l.static_bytes + l.stages * (l.stage_bytes + l.loc_stage);
       EXPECT_GE(l.stages, 2) << d;
       EXPECT_LE(l.stages, 4) << d;
       EXPECT_LE(smem, decode_smem_per_cta(l.ctas)) << d;

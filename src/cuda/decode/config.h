@@ -106,8 +106,8 @@ constexpr WkLayout wk_layout(int d, int dv, bool fp8) {
   // fp8 K and V fragments are built in registers from the raw stage bytes: no widened copy.
   l.static_bytes = fp8 ? 32 * 4 : 0;
   const auto stages_at = [&l](int ctas) {
-    const int n = (decode_smem_per_cta(ctas) - l.q_bytes - l.static_bytes) /
-                  (l.stage_bytes + l.loc_stage);
+    const int n =
+        (decode_smem_per_cta(ctas) - l.q_bytes - l.static_bytes) / (l.stage_bytes + l.loc_stage);
     return n < 4 ? n : 4;
   };
   // The most resident CTAs (3, 2, 1) that still get three stages, i.e. two tiles in flight per

@@ -370,7 +370,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS) decode_wk_kernel(cons
 #pragma unroll
     for (int u = 0; u < DV / 8; ++u) {
       const int n = 2 * (lane & 3);  // mma columns n, n + 1 of n8 tile u
-      if constexpr (FP8) {  // pv_fp8's column permutation
+      if constexpr (FP8) {           // pv_fp8's column permutation
         o[n * (DV / 8) + u] = acc[u][2 * i] * f;
         o[(n + 1) * (DV / 8) + u] = acc[u][2 * i + 1] * f;
       } else {
