@@ -20,6 +20,10 @@ DeviceFacts device_facts(int device) {
         cudaDeviceGetAttribute(&f.cc_major, cudaDevAttrComputeCapabilityMajor, device));
     FLASHBACK_CUDA_CHECK(
         cudaDeviceGetAttribute(&f.cc_minor, cudaDevAttrComputeCapabilityMinor, device));
+    FLASHBACK_CUDA_CHECK(
+        cudaDeviceGetAttribute(&f.smem_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    FLASHBACK_CUDA_CHECK(
+        cudaDeviceGetAttribute(&f.smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
     FLASHBACK_CUDA_CHECK(cudaDeviceGetAttribute(&f.sms, cudaDevAttrMultiProcessorCount, device));
 #ifdef FLASHBACK_SM90A
     f.sm90a = f.cc_major == 9 && f.cc_minor == 0;

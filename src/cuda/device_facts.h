@@ -11,6 +11,8 @@ struct DeviceFacts {
   // This library holds sm_90a code (the Hopper wgmma kernels) and the device runs it: sm_90a
   // code runs on compute capability 9.0 only.
   bool sm90a = false;
+  // Shared memory per block (the opt-in maximum a kernel may ask for) and per SM, bytes.
+  int smem_block = 0, smem_sm = 0;
 };
 
 /// The facts of device `device`, or of the current device when `device` < 0.

@@ -149,10 +149,12 @@ Resolved resolve(const PagedAttentionParams& p, const detail::PagedShape& s, con
   // Kernels that keep their SM slots for a whole split get one wave of them; kernel.cuh, whose
   // shapes vary more, many waves (split_plan.h).
   const bool fp8 = r.kv != KvKind::kSame;
+  r.dp.smem_block = facts.smem_block;
   const DecodeShape shape =
-      decode_shape(s.head_dim, s.head_dim_v, qv, fp8, r.m_tiles, r.dp.hopper_mla);
-  const int resident =
-      shape == DecodeShape::kWarpKeys ? wk_layout(s.head_dim, s.head_dim_v, fp8).ctas : 1;
+      decode_shape(s.head_dim, s.head_dim_v, qv, fp8, r.m_tiles, r.dp.hopper_mla, facts.smem_block);
+  const int resident = shape == DecodeShape::kWarpKeys
+                           ? wk_resident(wk_layout(s.head_dim, s.head_dim_v, fp8), facts.smem_sm)
+                           : 1;
   const SplitPlan plan = plan_splits(
       s.batch * s.heads_kv * row_blocks, max_keys, facts.sms, p.num_splits, exec.deterministic,
       shape == DecodeShape::kColumns ? SplitRule::kManyWaves : SplitRule::kOneWave, resident);

@@ -4,31 +4,77 @@
 // plan reads as the resident CTA count). Plain C++ (label cpu).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "cuda/decode/config.h"
 
 namespace flashback::cuda {
 namespace {
 
+constexpr int kH200 = 227 * 1024;  // shared memory per block (opt-in maximum)
+constexpr int kA100 = 163 * 1024;
+constexpr int kAda = 99 * 1024;  // sm_86 / sm_89
+
 TEST(DecodeConfig, ShapeRule) {
   // MLA absorbed (qv) goes to the Hopper kernel only where dispatch allowed it (hopper_mla).
-  EXPECT_EQ(decode_shape(64, 512, true, false, 1, true), DecodeShape::kMlaWgmma);
-  EXPECT_EQ(decode_shape(64, 512, true, false, 4, true), DecodeShape::kMlaWgmma);
-  EXPECT_EQ(decode_shape(64, 512, true, false, 1, false), DecodeShape::kColumns);
-  EXPECT_EQ(decode_shape(64, 512, true, true, 1, false), DecodeShape::kColumns);
-  EXPECT_EQ(decode_shape(64, 512, true, true, 1, true), DecodeShape::kColumns);  // fp8 cache
+  EXPECT_EQ(decode_shape(64, 512, true, false, 1, true, kH200), DecodeShape::kMlaWgmma);
+  EXPECT_EQ(decode_shape(64, 512, true, false, 4, true, kH200), DecodeShape::kMlaWgmma);
+  EXPECT_EQ(decode_shape(64, 512, true, false, 1, false, kH200), DecodeShape::kColumns);
+  EXPECT_EQ(decode_shape(64, 512, true, true, 1, false, kH200), DecodeShape::kColumns);
+  EXPECT_EQ(decode_shape(64, 512, true, true, 1, true, kH200), DecodeShape::kColumns);  // fp8 cache
   // <= 16 rows (one m-tile) and v heads <= 256: warps split the keys; fp8 needs D % 64 == 0
   // and DV % 32 == 0.
   for (int d : {64, 128, 192, 256}) {
-    EXPECT_EQ(decode_shape(d, d == 192 ? 128 : d, false, false, 1, false), DecodeShape::kWarpKeys);
-    EXPECT_EQ(decode_shape(d, d == 192 ? 128 : d, false, true, 1, false), DecodeShape::kWarpKeys);
-    EXPECT_EQ(decode_shape(d, d == 192 ? 128 : d, false, false, 4, false), DecodeShape::kColumns);
+    EXPECT_EQ(decode_shape(d, d == 192 ? 128 : d, false, false, 1, false, kH200),
+              DecodeShape::kWarpKeys);
+    EXPECT_EQ(decode_shape(d, d == 192 ? 128 : d, false, true, 1, false, kH200),
+              DecodeShape::kWarpKeys);
+    EXPECT_EQ(decode_shape(d, d == 192 ? 128 : d, false, false, 4, false, kH200),
+              DecodeShape::kColumns);
   }
-  EXPECT_EQ(decode_shape(80, 80, false, false, 1, false), DecodeShape::kWarpKeys);
-  EXPECT_EQ(decode_shape(80, 80, false, true, 1, false), DecodeShape::kColumns);
-  EXPECT_EQ(decode_shape(96, 96, false, true, 1, false), DecodeShape::kColumns);
-  EXPECT_EQ(decode_shape(128, 512, false, false, 1, false), DecodeShape::kColumns);
-  EXPECT_EQ(decode_shape(64, 48, false, false, 1, false), DecodeShape::kWarpKeys);
-  EXPECT_EQ(decode_shape(64, 48, false, true, 1, false), DecodeShape::kColumns);
+  EXPECT_EQ(decode_shape(80, 80, false, false, 1, false, kH200), DecodeShape::kWarpKeys);
+  EXPECT_EQ(decode_shape(80, 80, false, true, 1, false, kH200), DecodeShape::kColumns);
+  EXPECT_EQ(decode_shape(96, 96, false, true, 1, false, kH200), DecodeShape::kColumns);
+  EXPECT_EQ(decode_shape(128, 512, false, false, 1, false, kH200), DecodeShape::kColumns);
+  EXPECT_EQ(decode_shape(64, 48, false, false, 1, false, kH200), DecodeShape::kWarpKeys);
+  EXPECT_EQ(decode_shape(64, 48, false, true, 1, false, kH200), DecodeShape::kColumns);
+}
+
+// The warps-split-keys layout is sized for Hopper: where it needs more shared memory per block
+// than the device has, kernel.cuh serves the shape instead, and its 16-row layouts fit every
+// GPU of sm_80 and later (at most 99 KB per block).
+TEST(DecodeConfig, ShapeRuleFollowsTheDevicesSharedMemory) {
+  EXPECT_EQ(decode_shape(128, 128, false, false, 1, false, kAda), DecodeShape::kColumns);
+  EXPECT_EQ(decode_shape(128, 128, false, true, 1, false, kAda), DecodeShape::kWarpKeys);
+  EXPECT_EQ(decode_shape(64, 64, false, false, 1, false, kAda), DecodeShape::kWarpKeys);
+  EXPECT_EQ(decode_shape(128, 128, false, false, 1, false, kA100), DecodeShape::kWarpKeys);
+  EXPECT_EQ(decode_shape(256, 256, false, false, 1, false, kA100), DecodeShape::kColumns);
+  EXPECT_EQ(decode_shape(256, 256, false, true, 1, false, kA100), DecodeShape::kWarpKeys);
+  for (int d : {64, 80, 96, 128, 192, 256})
+    for (bool fp8 : {false, true}) {
+      const int dv = d == 192 ? 128 : d;
+      const WkLayout l = wk_layout(d, dv, fp8);
+      // The rule and the layout agree: warps-split-keys exactly where its layout fits.
+      for (int block : {kAda, kA100, kH200})
+        if (!fp8 || (d % 64 == 0 && dv % 32 == 0))
+          EXPECT_EQ(decode_shape(d, dv, false, fp8, 1, false, block) == DecodeShape::kWarpKeys,
+                    wk_smem_bytes(l) <= block)
+              << d << " fp8 " << fp8 << " block " << block;
+      // Residency on a smaller SM: an A100 (164 KB per SM) holds fewer of the Hopper layout.
+      EXPECT_EQ(wk_resident(l, 228 * 1024), l.ctas) << d;
+      EXPECT_LE(wk_resident(l, 164 * 1024) * (wk_smem_bytes(l) + 1024),
+                std::max(164 * 1024, wk_smem_bytes(l) + 1024))
+          << d;
+    }
+  EXPECT_EQ(wk_resident(wk_layout(128, 128, false), 164 * 1024), 1);
+  // Where the warps-split-keys layout does not fit, kernel.cuh's 16-row layout (the fallback)
+  // does: head dim 128 (bf16) and 192/128 on sm_86/89, head dim 256 on an A100. Head dim 256 bf16
+  // fits neither on sm_86/89 (113 KB): a clear error at launch (common/launch.cuh).
+  EXPECT_LE((DecodeConfig<128, 128, false, false, 1>::SMEM_BYTES), kAda);
+  EXPECT_LE((DecodeConfig<192, 128, false, false, 1>::SMEM_BYTES), kAda);
+  EXPECT_EQ(decode_shape(192, 128, false, false, 1, false, kAda), DecodeShape::kColumns);
+  EXPECT_LE((DecodeConfig<256, 256, false, false, 1>::SMEM_BYTES), kA100);
+  EXPECT_GT((DecodeConfig<256, 256, false, false, 1>::SMEM_BYTES), kAda);
 }
 
 // A CTA's share of an SM: 228 KB over the resident CTAs, 1 KB of each reserved, 227 KB at most.

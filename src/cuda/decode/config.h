@@ -20,21 +20,15 @@ constexpr int decode_stages(int base, int stage, int min_two) {
   return n < 4 ? n : 4;
 }
 
-/// The three short-query kernels, and the one rule that picks among them (launch.cuh launches
-/// it, dispatch.cu plans its splits). `mla_ok`: DecodeParams::hopper_mla (a 64/512 qv shape
-/// with 16-bit caches on an sm_90a build and device); `m_tiles`: 16-row m-tiles per block.
+/// The three short-query kernels; `decode_shape` (below) is the one rule that picks among them
+/// (launch.cuh launches it, dispatch.cu plans its splits). `mla_ok`: DecodeParams::hopper_mla (a
+/// 64/512 qv shape with 16-bit caches on an sm_90a build and device); `m_tiles`: 16-row m-tiles per
+/// block.
 enum class DecodeShape {
   kMlaWgmma,  // mla_wgmma.cuh: MLA absorbed on Hopper
   kWarpKeys,  // warp_keys.cuh: <= 16 rows, v heads <= 256 (fp8: d % 64 == 0, dv % 32 == 0)
   kColumns,   // kernel.cuh: everything else
 };
-constexpr DecodeShape decode_shape(int d, int dv, bool qv, bool fp8, int m_tiles, bool mla_ok) {
-  if (qv && mla_ok && !fp8) return DecodeShape::kMlaWgmma;
-  if (!qv && dv <= 256 && m_tiles == 1 && (!fp8 || (d % 64 == 0 && dv % 32 == 0)))
-    return DecodeShape::kWarpKeys;
-  return DecodeShape::kColumns;
-}
-
 template <int D_, int DV_, bool QV_, bool FP8_, int MT_>
 struct DecodeConfig {
   static constexpr int D = D_;     // q/k head dim (MLA: the rope part)
@@ -119,6 +113,34 @@ constexpr WkLayout wk_layout(int d, int dv, bool fp8) {
   l.ctas = stages_at(3) >= 3 ? 3 : stages_at(2) >= 3 ? 2 : 1;
   l.stages = stages_at(l.ctas);
   return l;
+}
+
+/// Shared memory the warps-split-keys kernel takes per CTA (dynamic and static).
+constexpr int wk_smem_bytes(const WkLayout& l) {
+  return l.q_bytes + l.static_bytes + l.stages * (l.stage_bytes + l.loc_stage);
+}
+
+/// Resident CTAs of the warps-split-keys kernel on an SM with `smem_sm` bytes of shared memory
+/// (the layout is sized for Hopper's 228 KB; an A100 holds fewer).
+constexpr int wk_resident(const WkLayout& l, int smem_sm) {
+  const int fit = smem_sm / (wk_smem_bytes(l) + 1024);
+  return fit < 1 ? 1 : fit < l.ctas ? fit : l.ctas;
+}
+
+/// The one rule that picks the short-query kernel (launch.cuh launches it, dispatch.cu plans its
+/// splits). `mla_ok`: DecodeParams::hopper_mla (a 64/512 qv shape with 16-bit caches on an sm_90a
+/// build and device); `m_tiles`: 16-row m-tiles per block; `smem_block`: the device's shared
+/// memory per block (opt-in maximum). The warps-split-keys layout is sized for Hopper; where it
+/// does not fit (head dim 128 bf16 needs 112 KB: not on sm_86/89's 99 KB; head dim 256 214 KB:
+/// not on an A100's 163 KB) kernel.cuh serves (its 16-row layouts: 76–113 KB; head dim 256 bf16
+/// fits neither on sm_86/89, a clear error at launch).
+constexpr DecodeShape decode_shape(int d, int dv, bool qv, bool fp8, int m_tiles, bool mla_ok,
+                                   int smem_block) {
+  if (qv && mla_ok && !fp8) return DecodeShape::kMlaWgmma;
+  if (!qv && dv <= 256 && m_tiles == 1 && (!fp8 || (d % 64 == 0 && dv % 32 == 0)) &&
+      wk_smem_bytes(wk_layout(d, dv, fp8)) <= smem_block)
+    return DecodeShape::kWarpKeys;
+  return DecodeShape::kColumns;
 }
 
 // The warps-split-keys shape (warp_keys.cuh) for up to 16 rows per CTA (decode with GQA groups

@@ -58,7 +58,7 @@ void launch_decode_mt(const DecodeParams& p, KvKind kv, cudaStream_t stream) {
 template <int D, int DV, bool QV, typename T>
 void launch_decode(const DecodeParams& p, int m_tiles, KvKind kv, cudaStream_t stream) {
   const bool fp8 = kv != KvKind::kSame;
-  switch (decode_shape(D, DV, QV, fp8, m_tiles, p.hopper_mla)) {
+  switch (decode_shape(D, DV, QV, fp8, m_tiles, p.hopper_mla, p.smem_block)) {
     case DecodeShape::kMlaWgmma:
       // 64-row blocks: the host's row blocks are 16 * m_tiles rows, and with m_tiles = 1 all
       // rows fit one block, so 64-row blocks cover the same grid.
