@@ -210,6 +210,32 @@ TEST(CudaDecode, Splits) {
   check(c, det);
 }
 
+// q rows that are not 16-byte aligned (an odd head stride, inside a wider buffer): entry.cuh's
+// RowChunks reads such rows element by element. 4 rows per KV head take the warps-split-keys
+// kernel (its fp8 form scales q on the way in), 32 rows kernel.cuh.
+TEST(CudaDecode, UnalignedQRows) {
+  for (int D : built_head_dims())
+    for (DType kv : {DType::kBF16, DType::kF8E4M3})
+      for (int hq : {8, 64}) {
+        AttentionCase c = decode_case(D, hq, 2, 16, {0, 1, 17, 300, 1025});
+        c.kv_dtype = kv;
+        c.name = "unaligned q rows";
+        check(c, {}, [](PagedData& d) {
+          const TensorView q = d.params.q;
+          const int64_t T = q.shape[0], H = q.shape[1], Dq = q.shape[2];
+          const int64_t hs = Dq + 1, ts = H * hs + 3;  // odd strides, first row one element in
+          Tensor wide(q.dtype, {T * ts + 2});
+          for (int64_t t = 0; t < T; ++t)
+            for (int64_t h = 0; h < H; ++h)
+              for (int64_t x = 0; x < Dq; ++x)
+                wide.set(1 + t * ts + h * hs + x, d.q.get((t * H + h) * Dq + x));
+          d.params.q = TensorView(static_cast<unsigned char*>(wide.data()) + dtype_size(q.dtype),
+                                  q.dtype, {T, H, Dq}, {ts, hs, 1});
+          d.q = wide;  // the device mirror copies the whole buffer
+        });
+      }
+}
+
 // Chunked-local attention and cross attention as the plan expresses them: entries that pick a
 // row of the table (table_rows) and start at a key position (kv_start).
 TEST(CudaDecode, TableRowsAndKvStart) {
