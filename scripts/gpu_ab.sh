@@ -11,36 +11,37 @@
 #   each group of environment settings.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/out-gpu}; L=$OUT/logs; mkdir -p $L
-B=build/gpustage; rm -rf $B; mkdir -p $B/base
+OUT=${OUT:-$PWD/out-gpu}; L="$OUT/logs"; mkdir -p "$L"
+B=build/gpustage; rm -rf "$B"; mkdir -p "$B/base"
 python3 -c "import tarfile; tarfile.open('build/gpupkg/pkg.tar.xz').extractall('$B'); \
 tarfile.open('build/gpupkg/base.tar.xz').extractall('$B/base')"
-export LD_LIBRARY_PATH=$PWD/$B/lib:${LD_LIBRARY_PATH:-}
+export LD_LIBRARY_PATH="$PWD/$B/lib:${LD_LIBRARY_PATH:-}"
 step() {  # name, timeout, command...
   local name=$1 to=$2; shift 2; local t0=$SECONDS
-  timeout $to "$@" > $L/$name.log 2>&1; local rc=$?
-  printf '%-26s rc=%-3s %4ss %s\n' $name $rc $((SECONDS - t0)) \
-    "$(grep -E '^\[  (PASSED|FAILED)  \]|ERROR SUMMARY' $L/$name.log | tr '\n' ' ')"
-  grep -E '^\[  FAILED  \]' $L/$name.log | head -8
+  timeout "$to" "$@" > "$L/$name.log" 2>&1; local rc=$?
+  printf '%-26s rc=%-3s %4ss %s\n' "$name" "$rc" $((SECONDS - t0)) \
+    "$(grep -E '^\[  (PASSED|FAILED)  \]|ERROR SUMMARY' "$L/$name.log" | tr '\n' ' ')"
+  grep -E '^\[  FAILED  \]' "$L/$name.log" | head -8
 }
-for t in ${TESTS:-cuda_test_decode}; do step $t 150 $B/$t; done
+for t in ${TESTS:-cuda_test_decode}; do step "$t" 150 "$B/$t"; done
 [[ -n ${RACE:-} ]] && step racecheck 120 compute-sanitizer --tool racecheck --error-exitcode 9 \
-  $B/cuda_test_decode --gtest_filter="$RACE"
+  "$B/cuda_test_decode" --gtest_filter="$RACE"
 [[ -n ${MEM:-} ]] && step memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 9 \
-  $B/cuda_test_decode --gtest_filter="$MEM"
+  "$B/cuda_test_decode" --gtest_filter="$MEM"
 W=${W:-decode_b64_L8k,decode_fp8_b64_L8k}
 IFS=';' read -ra alts <<< "${ALT:-}"
 V="new base"; for i in "${!alts[@]}"; do V+=" alt$((i + 1))"; done
-for r in $(seq ${R:-3}); do
-  for v in $V; do
+for r in $(seq "${R:-3}"); do
+  order=$V; (( r % 2 == 0 )) && order=$(tr ' ' '\n' <<< "$V" | tac | tr '\n' ' ')  # alternate
+  for v in $order; do
     b=$B/flashback; [[ $v == base ]] && b=$B/base/flashback
     e=(); [[ $v == alt* ]] && read -ra e <<< "${alts[${v#alt} - 1]}"
-    timeout 120 env "${e[@]}" $b bench --device cuda --workloads $B/workloads.json --only $W \
-      --budget ${BUDGET:-0.3} --json $L/ab_${v}_$r.json > $L/ab_${v}_$r.log 2>&1
+    timeout 120 env "${e[@]}" "$b" bench --device cuda --workloads "$B/workloads.json" --only "$W" \
+      --budget "${BUDGET:-0.3}" --json "$L/ab_${v}_$r.json" > "$L/ab_${v}_$r.log" 2>&1
   done
 done
 # Median over rounds of each workload's time, new against base.
-python3 - "$L" "${R:-3}" ${#alts[@]} <<'EOF'
+python3 - "$L" "${R:-3}" "${#alts[@]}" <<'EOF'
 import json, statistics, sys
 L, R, NA = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 def times(v):
@@ -57,9 +58,9 @@ alts = [times(f"alt{i + 1}") for i in range(NA)]
 med = lambda d, w: statistics.median(d.get(w, [float("nan")]))
 print(f"{'workload':28} {'new ms':>9} {'base ms':>9} {'new/base':>9}" +
       "".join(f" {'alt%d/new' % (i + 1):>9}" for i in range(NA)) + f"   (median of {R} rounds)")
-for w in n:
+for w in list(n) + [w for w in b if w not in n]:
     line = f"{w:28} {med(n, w):9.4f} {med(b, w):9.4f} {med(n, w) / med(b, w):9.3f}"
     line += "".join(f" {med(a, w) / med(n, w):9.3f}" for a in alts)
     print(line)
 EOF
-tar czf $OUT/logs.tgz -C $L . && rm -rf $L
+tar czf "$OUT/logs.tgz" -C "$L" . && rm -rf "$L"

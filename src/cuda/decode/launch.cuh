@@ -68,7 +68,7 @@ void launch_decode(const DecodeParams& p, int m_tiles, KvKind kv, cudaStream_t s
     case DecodeShape::kWarpKeys:
       if constexpr (!QV && DV <= 256) {
         if (kv == KvKind::kSame) return launch_decode_wk<D, DV, T, KvKind::kSame>(p, stream);
-        if constexpr (D % 64 == 0 && DV % 32 == 0) {  // fp8 fragments: see decode_shape
+        if constexpr (D % 64 == 0 && DV % 64 == 0) {  // fp8 fragments: see decode_shape
           if (kv == KvKind::kE4M3) return launch_decode_wk<D, DV, T, KvKind::kE4M3>(p, stream);
           return launch_decode_wk<D, DV, T, KvKind::kE5M2>(p, stream);
         }

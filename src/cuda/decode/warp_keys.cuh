@@ -110,7 +110,7 @@ template <typename Cfg, KvKind KV>
 __device__ __forceinline__ void pv_fp8(float (&acc)[Cfg::DV / 8][4], const uint32_t (&a)[4],
                                        const unsigned char* vrows, int lane) {
   constexpr int DV = Cfg::DV, W = DV / 32;  // 32-bit words per key row per lane
-  static_assert(DV % 32 == 0, "fp8 V fragments are read 4 columns at a time");
+  static_assert(DV % 64 == 0, "fp8 V fragments are read 8 columns (two words) at a time");
   const int g = lane >> 2, c = lane & 3;
   uint32_t x[4][W];
 #pragma unroll
@@ -123,15 +123,12 @@ __device__ __forceinline__ void pv_fp8(float (&acc)[Cfg::DV / 8][4], const uint3
         const uint4 v = *reinterpret_cast<const uint4*>(row + 4 * w);
         x[q][w] = v.x, x[q][w + 1] = v.y, x[q][w + 2] = v.z, x[q][w + 3] = v.w;
       }
-    } else if constexpr (W % 2 == 0) {
+    } else {
 #pragma unroll
       for (int w = 0; w < W; w += 2) {
         const uint2 v = *reinterpret_cast<const uint2*>(row + 4 * w);
         x[q][w] = v.x, x[q][w + 1] = v.y;
       }
-    } else {
-#pragma unroll
-      for (int w = 0; w < W; ++w) x[q][w] = *reinterpret_cast<const uint32_t*>(row + 4 * w);
     }
   }
 #pragma unroll
