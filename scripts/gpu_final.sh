@@ -41,6 +41,10 @@ for t in $TESTS; do step $t 120 $BIN/$t; done
 # The MLA tests again on kernel.cuh, which the Hopper MLA kernel (mla_wgmma.cuh) otherwise takes.
 step cuda_test_decode_mla_mma 120 env FLASHBACK_DECODE_KERNEL=mma $BIN/cuda_test_decode \
   --gtest_filter='CudaDecode.Mla*'
+# The decode tests again as a GPU with 99 KB of shared memory per block (sm_86/89) would choose:
+# the warps-split-keys shapes whose Hopper layout does not fit run on kernel.cuh.
+step cuda_test_decode_small_smem 150 env FLASHBACK_DECODE_SMEM_BLOCK=101376 $BIN/cuda_test_decode \
+  --gtest_filter='-CudaDecode.Mla*'
 if [[ -z ${SKIP_ALT:-} ]]; then  # SKIP_ALT=1: a shorter call when the prefill kernels did not change
   # The sm80 (mma.sync) prefill kernel on the same cases, which the Hopper path otherwise takes.
   step cuda_test_prefill_mma 120 env FLASHBACK_PREFILL_KERNEL=mma $BIN/cuda_test_prefill

@@ -149,9 +149,12 @@ Resolved resolve(const PagedAttentionParams& p, const detail::PagedShape& s, con
   // Kernels that keep their SM slots for a whole split get one wave of them; kernel.cuh, whose
   // shapes vary more, many waves (split_plan.h).
   const bool fp8 = r.kv != KvKind::kSame;
-  r.dp.smem_block = facts.smem_block;
+  // FLASHBACK_DECODE_SMEM_BLOCK=<bytes> plans for a device with less shared memory per block
+  // (e.g. 101376, sm_86/89's): the shapes a smaller GPU sends to kernel.cuh, tested on this one.
+  static const int smem_cap = std::atoi(env_value("FLASHBACK_DECODE_SMEM_BLOCK").c_str());
+  r.dp.smem_block = smem_cap > 0 ? std::min(smem_cap, facts.smem_block) : facts.smem_block;
   const DecodeShape shape =
-      decode_shape(s.head_dim, s.head_dim_v, qv, fp8, r.m_tiles, r.dp.hopper_mla, facts.smem_block);
+      decode_shape(s.head_dim, s.head_dim_v, qv, fp8, r.m_tiles, r.dp.hopper_mla, r.dp.smem_block);
   const int resident = shape == DecodeShape::kWarpKeys
                            ? wk_resident(wk_layout(s.head_dim, s.head_dim_v, fp8), facts.smem_sm)
                            : 1;
