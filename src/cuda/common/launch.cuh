@@ -19,13 +19,19 @@ namespace flashback::cuda {
 template <typename Params>
 void launch_with_smem(void (*kernel)(Params), dim3 grid, int threads, int smem, cudaStream_t stream,
                       const Params& p, const char* name) {
-  const int most = device_facts().smem_block;
-  if (smem > most)
-    throw Error(
-        name, "at most " + std::to_string(most) + " bytes of shared memory per block (this device)",
-        std::to_string(smem) + " (a layout sized for a larger GPU; no smaller instance is built)");
-  FLASHBACK_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  const cudaError_t set =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (set != cudaSuccess) {  // the device's limit is read only here, off the launch path
+    static_cast<void>(cudaGetLastError());
+    const int most = device_facts().smem_block;
+    if (smem > most)
+      throw Error(
+          name,
+          "at most " + std::to_string(most) + " bytes of shared memory per block (this device)",
+          std::to_string(smem) +
+              " (a layout sized for a larger GPU; no smaller instance is built)");
+    FLASHBACK_CUDA_CHECK(set);
+  }
   FLASHBACK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                             cudaSharedmemCarveoutMaxShared));
   kernel<<<grid, threads, smem, stream>>>(p);
