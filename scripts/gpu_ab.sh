@@ -9,12 +9,20 @@
 #                          bash scripts/gpu_ab.sh                       (carry ["build/gpupkg"])
 #   ALT="NAME=VALUE ...[;NAME=VALUE ...]": more columns (alt1, alt2, ...), the new binary under
 #   each group of environment settings.
+#   More binaries: build/gpupkg/var_NAME.tar.xz (a flashback binary, as base.tar.xz) adds a
+#   column NAME. SMALL=1 also runs the decode tests as a 99 KB-per-block GPU would choose.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out-gpu}; L="$OUT/logs"; mkdir -p "$L"
-B=build/gpustage; rm -rf "$B"; mkdir -p "$B/base"
-python3 -c "import tarfile; tarfile.open('build/gpupkg/pkg.tar.xz').extractall('$B'); \
-tarfile.open('build/gpupkg/base.tar.xz').extractall('$B/base')"
+B=build/gpustage; rm -rf "$B"; mkdir -p "$B"
+VARS=(); for f in build/gpupkg/var_*.tar.xz; do [[ -e $f ]] && VARS+=("$(basename "$f" .tar.xz)"); done
+python3 - "$B" base "${VARS[@]}" <<'EOF'
+import sys, tarfile
+B = sys.argv[1]
+tarfile.open("build/gpupkg/pkg.tar.xz").extractall(B)
+for v in sys.argv[2:]:
+    tarfile.open(f"build/gpupkg/{v}.tar.xz").extractall(f"{B}/{v}")
+EOF
 export LD_LIBRARY_PATH="$PWD/$B/lib:${LD_LIBRARY_PATH:-}"
 step() {  # name, timeout, command...
   local name=$1 to=$2; shift 2; local t0=$SECONDS
@@ -24,26 +32,28 @@ step() {  # name, timeout, command...
   grep -E '^\[  FAILED  \]' "$L/$name.log" | head -8
 }
 for t in ${TESTS:-cuda_test_decode}; do step "$t" 150 "$B/$t"; done
+[[ -n ${SMALL:-} ]] && step decode_small_smem 150 env FLASHBACK_DECODE_SMEM_BLOCK=101376 \
+  "$B/cuda_test_decode" --gtest_filter='-CudaDecode.Mla*'
 [[ -n ${RACE:-} ]] && step racecheck 120 compute-sanitizer --tool racecheck --error-exitcode 9 \
   "$B/cuda_test_decode" --gtest_filter="$RACE"
 [[ -n ${MEM:-} ]] && step memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 9 \
   "$B/cuda_test_decode" --gtest_filter="$MEM"
 W=${W:-decode_b64_L8k,decode_fp8_b64_L8k}
 IFS=';' read -ra alts <<< "${ALT:-}"
-V="new base"; for i in "${!alts[@]}"; do V+=" alt$((i + 1))"; done
+V="new base ${VARS[*]}"; V=${V% }; for i in "${!alts[@]}"; do V+=" alt$((i + 1))"; done
 for r in $(seq "${R:-3}"); do
   order=$V; (( r % 2 == 0 )) && order=$(tr ' ' '\n' <<< "$V" | tac | tr '\n' ' ')  # alternate
   for v in $order; do
-    b=$B/flashback; [[ $v == base ]] && b=$B/base/flashback
+    b=$B/flashback; [[ $v != new && $v != alt* ]] && b=$B/$v/flashback
     e=(); [[ $v == alt* ]] && read -ra e <<< "${alts[${v#alt} - 1]}"
     timeout 120 env "${e[@]}" "$b" bench --device cuda --workloads "$B/workloads.json" --only "$W" \
       --budget "${BUDGET:-0.3}" --json "$L/ab_${v}_$r.json" > "$L/ab_${v}_$r.log" 2>&1
   done
 done
 # Median over rounds of each workload's time, new against base.
-python3 - "$L" "${R:-3}" "${#alts[@]}" <<'EOF'
+python3 - "$L" "${R:-3}" "${#alts[@]}" "${VARS[@]}" <<'EOF'
 import json, statistics, sys
-L, R, NA = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+L, R, NA, VS = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
 def times(v):
     out = {}
     for r in range(1, R + 1):
@@ -54,10 +64,11 @@ def times(v):
             print(f"{v} round {r}: {e}")
     return out
 n, b = times("new"), times("base")
-alts = [times(f"alt{i + 1}") for i in range(NA)]
+alts = [times(f"alt{i + 1}") for i in range(NA)] + [times(v) for v in VS]
+names = [f"alt{i + 1}" for i in range(NA)] + [v.removeprefix("var_") for v in VS]
 med = lambda d, w: statistics.median(d.get(w, [float("nan")]))
 print(f"{'workload':28} {'new ms':>9} {'base ms':>9} {'new/base':>9}" +
-      "".join(f" {'alt%d/new' % (i + 1):>9}" for i in range(NA)) + f"   (median of {R} rounds)")
+      "".join(f" {n + '/new':>9}" for n in names) + f"   (median of {R} rounds)")
 for w in list(n) + [w for w in b if w not in n]:
     line = f"{w:28} {med(n, w):9.4f} {med(b, w):9.4f} {med(n, w) / med(b, w):9.3f}"
     line += "".join(f" {med(a, w) / med(n, w):9.3f}" for a in alts)
