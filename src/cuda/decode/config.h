@@ -165,7 +165,10 @@ struct DecodeWkConfig {
   static constexpr int SMEM_BYTES = BASE_BYTES + STAGES * STAGE_BYTES;
   // The cross-warp merge at the end reuses the stages: per warp 16 x DV fp32 partials plus the
   // row maxima and sums, then the merged row statistics.
-  static constexpr int MERGE_BYTES = WARPS * ROWS * DV * 4 + 2 * WARPS * ROWS * 4 + 2 * ROWS * 4;
+  // fp8: rows padded by one float, so the permuted columns' scalar stores spread over the banks
+  // (4-way instead of one bank for all 32 lanes).
+  static constexpr int OP = FP8 ? DV + 1 : DV;
+  static constexpr int MERGE_BYTES = WARPS * ROWS * OP * 4 + 2 * WARPS * ROWS * 4 + 2 * ROWS * 4;
 
   static_assert(D % 16 == 0 && DV % 16 == 0 && DV <= 256, "head dims");
   static_assert(!FP8 || (D % 64 == 0 && DV % 64 == 0),

@@ -330,8 +330,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS) decode_wk_kernel(cons
 
   // Merge the four warps' states: row max M, sum L = sum_w l_w 2^(m_w - M), O = sum_w O_w 2^(m_w -
   // M).
-  float* sO = reinterpret_cast<float*>(sStage);  // [WARPS][ROWS][DV]
-  float* sM = sO + WARPS * ROWS * DV;            // [WARPS][ROWS]
+  constexpr int OP = Cfg::OP;                    // sO's row pitch (floats)
+  float* sO = reinterpret_cast<float*>(sStage);  // [WARPS][ROWS][OP]
+  float* sM = sO + WARPS * ROWS * OP;            // [WARPS][ROWS]
   float* sLw = sM + WARPS * ROWS;                // [WARPS][ROWS]
   float* sMt = sLw + WARPS * ROWS;               // [ROWS] merged max
   float* sLt = sMt + ROWS;                       // [ROWS] merged sum
@@ -363,7 +364,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS) decode_wk_kernel(cons
 #pragma unroll
     for (int w = 0; w < WARPS; ++w) M = fmaxf(M, sM[w * ROWS + r]);
     const float f = m_run[i] == -INFINITY ? 0.f : exp2f(m_run[i] - M);
-    float* o = sO + (warp * ROWS + r) * DV;
+    float* o = sO + (warp * ROWS + r) * OP;
 #pragma unroll
     for (int u = 0; u < DV / 8; ++u) {
       const int n = 2 * (lane & 3);  // mma columns n, n + 1 of n8 tile u
@@ -385,7 +386,12 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS) decode_wk_kernel(cons
     float2 sum = make_float2(0.f, 0.f);
 #pragma unroll
     for (int w = 0; w < WARPS; ++w) {
-      const float2 x = *reinterpret_cast<const float2*>(sO + (w * ROWS + r) * DV + c);
+      const float* src = sO + (w * ROWS + r) * OP + c;
+      float2 x;
+      if constexpr (OP % 2 == 0)
+        x = *reinterpret_cast<const float2*>(src);
+      else
+        x = make_float2(src[0], src[1]);
       sum.x += x.x;
       sum.y += x.y;
     }
