@@ -183,6 +183,14 @@ Resolved resolve(const PagedAttentionParams& p, const detail::PagedShape& s, con
   d.row_blocks = static_cast<int>(row_blocks);
   d.num_splits = plan.num_splits;
   d.split_chunk = plan.split_chunk;
+  // FLASHBACK_DECODE_ORDER=index keeps blockIdx order, =length ranks every batch that fits
+  // (tests, A/B timing); by default split_plan.h's rule.
+  static const std::string order = env_value("FLASHBACK_DECODE_ORDER");
+  const int64_t grid_ctas = int64_t{plan.num_splits} * s.batch * s.heads_kv * row_blocks;
+  d.longest_first =
+      shape == DecodeShape::kWarpKeys && order != "index" &&
+      (order == "length" ? s.batch <= kLongestFirstMax
+                         : order_longest_first(s.batch, grid_ctas, int64_t{facts.sms} * resident));
 
   CombineParams& c = r.cp;
   c.num_splits = plan.num_splits;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <functional>
 #include <numeric>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -234,6 +235,35 @@ TEST(CudaDecode, UnalignedQRows) {
           d.q = wide;  // the device mirror copies the whole buffer
         });
       }
+}
+
+// Longest-first entry order (entry.cuh, split_plan.h's order_longest_first): 128 ragged entries
+// x 4 KV heads are a grid deeper than one wave for every built head dim, so the default rule
+// ranks them; lengths 0, 1, page boundaries, ties, and entries with no query. With
+// FLASHBACK_DECODE_ORDER=length (gpu_final.sh) every other decode test runs ranked too.
+TEST(CudaDecode, LongestFirstRaggedBatch) {
+  for (int D : built_head_dims()) {
+    std::vector<int> kv(128);
+    std::mt19937 rng(static_cast<unsigned>(11 + D));
+    for (int& k : kv) k = std::uniform_int_distribution<int>(0, 1400)(rng);
+    kv[0] = 0;
+    kv[1] = 1;
+    kv[2] = 1400;
+    kv[3] = 16;
+    kv[4] = 1400;  // a tie with kv[2]
+    kv[127] = 17;
+    AttentionCase c = decode_case(D, 16, 4, 16, kv);
+    c.q_lens[5] = 0;  // an entry with no query
+    c.name = "longest first";
+    check(c);
+    c.name = "longest first, fp8";
+    c.kv_dtype = DType::kF8E4M3;
+    check(c);
+    c.kv_dtype = c.dtype;
+    c.name = "longest first, window";
+    c.window_left = 300;
+    check(c);
+  }
 }
 
 // Chunked-local attention and cross attention as the plan expresses them: entries that pick a

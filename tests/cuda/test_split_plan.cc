@@ -35,6 +35,17 @@ TEST(SplitPlan, OneWaveKeepsSmsBusyWithFewSplits) {
     }
 }
 
+TEST(SplitPlan, LongestFirstOnlyWhenTheGridIsDeeperThanItsSlots) {
+  // decode_b128_ragged: 128 entries x 8 KV heads, one split each, 132 SMs x 2 CTAs.
+  EXPECT_TRUE(order_longest_first(128, 1024, 264));
+  // One wave (decode_b8_L32k: 64 CTAs x 4 splits): no tail to shape.
+  EXPECT_FALSE(order_longest_first(8, 256, 264));
+  EXPECT_FALSE(order_longest_first(1, 1024, 264));  // nothing to order
+  EXPECT_TRUE(order_longest_first(kLongestFirstMax, 4 * kLongestFirstMax, 264));
+  EXPECT_FALSE(
+      order_longest_first(kLongestFirstMax + 1, 8 * kLongestFirstMax, 264));  // too many to rank
+}
+
 TEST(SplitPlan, RulesAndModes) {
   // Deterministic: fixed chunks whatever the rule.
   const SplitPlan d = plan_splits(128, 4096, 132, 0, true, SplitRule::kOneWave);

@@ -84,7 +84,7 @@ struct WkLayout {
   static constexpr int WARPS = 4, KW = 16, N = WARPS * KW, ROWS = 16;
   int eb, qp, kp, vp, kraw, vraw;  // element bytes; 16-bit pitches (elements); raw rows (bytes)
   int stage_bytes, loc_stage, q_bytes;
-  int static_bytes;  // static __shared__ of the kernel (fp8: load_q_fp16's reduction)
+  int static_bytes;  // static __shared__ of the kernel (fp8: load_q_fp16's reduction; the pick)
   int ctas, stages;  // resident CTAs per SM, K/V stages
 };
 constexpr WkLayout wk_layout(int d, int dv, bool fp8) {
@@ -98,7 +98,7 @@ constexpr WkLayout wk_layout(int d, int dv, bool fp8) {
   l.loc_stage = WkLayout::N * 16;  // a tile's key offsets (KeyBytes per key)
   l.q_bytes = WkLayout::ROWS * l.qp * 2;
   // fp8 K and V fragments are built in registers from the raw stage bytes: no widened copy.
-  l.static_bytes = fp8 ? 32 * 4 : 0;
+  l.static_bytes = (fp8 ? 32 * 4 : 0) + 16;  // and entry.cuh's longest-first pick
   const auto stages_at = [&l](int ctas) {
     const int n =
         (decode_smem_per_cta(ctas) - l.q_bytes - l.static_bytes) / (l.stage_bytes + l.loc_stage);

@@ -12,6 +12,7 @@
 #include "cuda/common/paged.cuh"
 #include "cuda/common/visible.cuh"
 #include "cuda/decode/params.h"
+#include "cuda/plan/split_plan.h"
 
 namespace flashback::cuda {
 
@@ -32,15 +33,52 @@ struct DecodeEntry {
   }
 };
 
-/// Fills `e` for this CTA (grid: split x (KV head, row block) x entry). Returns false when the
+/// Keys some query of entry b sees (0 for an empty or over-long entry).
+__device__ __forceinline__ int entry_range(const DecodeParams& p, int b) {
+  const int q0 = p.cu_q[b * p.cu_q_s], ql = p.cu_q[(b + 1) * p.cu_q_s] - q0;
+  if (ql <= 0 || ql > p.max_q) return 0;
+  const int kv = p.seqlens[b * p.seqlens_s];
+  const int lo = visible_keys(p, 0, ql, kv).lo, hi = visible_keys(p, ql - 1, ql, kv).hi;
+  return hi >= lo ? hi - lo + 1 : 0;
+}
+
+/// Longest-first order (DecodeParams::longest_first): the entry of rank z when the batch is
+/// ordered by visible keys, most first (ties by index). When the grid is deeper than the SMs'
+/// slots, the long entries then start first and the last wave is short ones (list scheduling,
+/// longest processing time first), instead of a long entry that happened to come late running
+/// alone at the end. Every CTA ranks the batch itself (one round of loads, a count in shared
+/// memory over at most kLongestFirstMax entries), before its K/V pipeline starts. `keys`:
+/// kLongestFirstMax words of shared scratch, free until the CTA's own copies begin.
+__device__ __forceinline__ int longest_first_entry(const DecodeParams& p, int z, uint32_t* keys) {
+  __shared__ int pick;  // counted in config.h's WkLayout::static_bytes
+  static_assert(kLongestFirstMax <= 252, "index part of the keys (255 - i) stays >= 4");
+  const int n = p.batch;
+  // Unique keys: range above, 255 - index below (>= 4 for index < kLongestFirstMax).
+  for (int i = static_cast<int>(threadIdx.x); i < n; i += static_cast<int>(blockDim.x))
+    keys[i] = (static_cast<uint32_t>(min(entry_range(p, i), (1 << 23) - 1)) << 8) |
+              static_cast<uint32_t>(255 - i);
+  __syncthreads();
+  for (int i = static_cast<int>(threadIdx.x); i < n; i += static_cast<int>(blockDim.x)) {
+    const uint32_t k = keys[i];
+    int rank = 0;
+    for (int j = 0; j < n; ++j) rank += keys[j] > k ? 1 : 0;
+    if (rank == z) pick = i;
+  }
+  __syncthreads();
+  return pick;
+}
+
+/// Fills `e` for this CTA (grid: split x (KV head, row block) x entry b, blockIdx.z unless the
+/// kernel orders entries otherwise). Returns false when the
 /// CTA has nothing to do. Splits cover ceil(range / splits) keys rounded up to the tile size N
 /// (or p.split_chunk keys in the deterministic mode). An entry longer than the grid's max_q is
 /// outside the kernel's contract: its output is made NaN (loud) rather than left stale.
 template <typename T, int DV, int ROWS, int N>
-__device__ __forceinline__ bool load_entry(const DecodeParams& p, DecodeEntry& e) {
+__device__ __forceinline__ bool load_entry(const DecodeParams& p, DecodeEntry& e,
+                                           int b = static_cast<int>(blockIdx.z)) {
   e.split = blockIdx.x;
   e.g = blockIdx.y / p.row_blocks;
-  const int rb = blockIdx.y % p.row_blocks, b = blockIdx.z;
+  const int rb = blockIdx.y % p.row_blocks;
   e.q0 = p.cu_q[b * p.cu_q_s];
   e.q_len = p.cu_q[(b + 1) * p.cu_q_s] - e.q0;
   e.kv_len = p.seqlens[b * p.seqlens_s];

@@ -51,6 +51,9 @@ struct DecodeParams {
   int row_blocks = 1;   // CTAs along the (query, head-in-group) rows of one KV head
   int num_splits = 1;   // CTAs along the keys of one entry
   int split_chunk = 0;  // > 0: fixed keys per split (deterministic); 0: ceil(range / splits)
+  // blockIdx.z counts entries longest first (entry.cuh, longest_first_entry); the
+  // warps-split-keys kernel only, batches of at most kLongestFirstMax entries.
+  bool longest_first = false;
   float scale = 0, softcap = 0;
   bool causal = true;
   int window_left = -1, window_right = -1;

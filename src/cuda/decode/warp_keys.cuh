@@ -164,7 +164,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS) decode_wk_kernel(cons
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   DecodeEntry e;
-  if (!load_entry<T, DV, ROWS, N>(p, e)) return;
+  const int b = p.longest_first ? longest_first_entry(p, static_cast<int>(blockIdx.z),
+                                                      reinterpret_cast<uint32_t*>(sStage))
+                                : static_cast<int>(blockIdx.z);
+  if (!load_entry<T, DV, ROWS, N>(p, e, b)) return;
   float q_unscale = 1.f;
   if constexpr (FP8)
     q_unscale = wk::load_q_fp16<T, ROWS, D, QP, THREADS>(p, e, sQ);

@@ -54,6 +54,18 @@ inline int64_t one_wave_splits(int64_t ctas, int64_t sms, int64_t cap) {
   return 1;
 }
 
+// Longest-first entry order (decode/entry.cuh, longest_first_entry): every CTA of the
+// warps-split-keys kernel ranks the batch itself, so only batches up to this many entries.
+constexpr int kLongestFirstMax = 252;
+
+/// Whether the warps-split-keys kernel should take entries longest first: the grid
+/// (`grid_ctas`, splits included) is deeper than the SMs' `slots` (SMs x resident CTAs), so which
+/// CTAs start last decides the tail, and the batch is small enough to rank (a uniform batch
+/// keeps index order: ties go by index). One wave has no tail to shape.
+inline bool order_longest_first(int64_t batch, int64_t grid_ctas, int64_t slots) {
+  return batch > 1 && batch <= kLongestFirstMax && grid_ctas > slots;
+}
+
 /// `max_keys`: an upper bound on any entry's key range (page-table width in keys).
 /// `ctas`: CTAs of one split (entries x KV heads x row blocks). `requested`: Exec/params
 /// num_splits (0 = heuristic). `resident`: the kernel's CTAs per SM (kOneWave's slots).
