@@ -37,13 +37,17 @@ step() {  # name, timeout, command...
   summary+=("$(printf '%-28s rc=%-3s %4ss  %s' $name $rc $((SECONDS - t0)) "$(grep -E '^\[  (PASSED|FAILED)  \]|ERROR SUMMARY' $LOGS/$name.log | tr '\n' ' ')")")
   echo "${summary[-1]}"; grep -E '^\[  FAILED  \]' $LOGS/$name.log | head -12
 }
-for t in $TESTS; do step $t 120 $BIN/$t; done
+for t in $TESTS; do step $t 180 $BIN/$t; done
 # The MLA tests again on kernel.cuh, which the Hopper MLA kernel (mla_wgmma.cuh) otherwise takes.
 step cuda_test_decode_mla_mma 120 env FLASHBACK_DECODE_KERNEL=mma $BIN/cuda_test_decode \
   --gtest_filter='CudaDecode.Mla*'
 # The decode tests again as a GPU with 99 KB of shared memory per block (sm_86/89) would choose:
 # the warps-split-keys shapes whose Hopper layout does not fit run on kernel.cuh.
 step cuda_test_decode_small_smem 150 env FLASHBACK_DECODE_SMEM_BLOCK=101376 $BIN/cuda_test_decode \
+  --gtest_filter='-CudaDecode.Mla*'
+# The decode tests again with every batch ranked longest first (entry.cuh), not only the deep
+# grids the default rule ranks.
+step cuda_test_decode_longest_first 180 env FLASHBACK_DECODE_ORDER=length $BIN/cuda_test_decode \
   --gtest_filter='-CudaDecode.Mla*'
 if [[ -z ${SKIP_ALT:-} ]]; then  # SKIP_ALT=1: a shorter call when the prefill kernels did not change
   # The sm80 (mma.sync) prefill kernel on the same cases, which the Hopper path otherwise takes.
@@ -59,6 +63,11 @@ step memcheck_prefill 60 env FLASHBACK_PREFILL_PAIRS=1 compute-sanitizer --tool 
 step memcheck_backend 45 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda_test_backend_cuda
 step memcheck_mla 60 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda_test_decode \
   --gtest_filter='CudaDecode.MlaAbsorbedVariants'
+# The longest-first ranking (shared keys, two barriers) under both tools, on a batch it ranks.
+step memcheck_longest_first 60 env FLASHBACK_DECODE_ORDER=length compute-sanitizer --tool memcheck \
+  --error-exitcode 9 $BIN/cuda_test_decode --gtest_filter='CudaDecode.Splits'
+step racecheck_longest_first 60 env FLASHBACK_DECODE_ORDER=length compute-sanitizer --tool racecheck \
+  --error-exitcode 9 $BIN/cuda_test_decode --gtest_filter='CudaDecode.Splits'
 # The warps-split-keys kernel's per-warp K/V pipeline at every residency it takes (head dims 64:
 # three CTAs per SM, 128: two (bf16) or three (fp8), 256: one). Verify and Variants cover every
 # built head dim.
