@@ -33,13 +33,18 @@ struct DecodeEntry {
   }
 };
 
-/// Keys some query of entry b sees (0 for an empty or over-long entry).
+/// The keys some query of an entry sees: the union of its q_len queries' visible ranges (the
+/// first query's lower bound, the last one's upper bound).
+__device__ __forceinline__ KeyRange entry_keys(const DecodeParams& p, int q_len, int kv_len) {
+  return {visible_keys(p, 0, q_len, kv_len).lo, visible_keys(p, q_len - 1, q_len, kv_len).hi};
+}
+
+/// How many keys some query of entry b sees (0 for an empty or over-long entry).
 __device__ __forceinline__ int entry_range(const DecodeParams& p, int b) {
   const int q0 = p.cu_q[b * p.cu_q_s], ql = p.cu_q[(b + 1) * p.cu_q_s] - q0;
   if (ql <= 0 || ql > p.max_q) return 0;
-  const int kv = p.seqlens[b * p.seqlens_s];
-  const int lo = visible_keys(p, 0, ql, kv).lo, hi = visible_keys(p, ql - 1, ql, kv).hi;
-  return hi >= lo ? hi - lo + 1 : 0;
+  const KeyRange r = entry_keys(p, ql, p.seqlens[b * p.seqlens_s]);
+  return r.hi >= r.lo ? r.hi - r.lo + 1 : 0;
 }
 
 /// Longest-first order (DecodeParams::longest_first): the entry of rank z when the batch is
@@ -68,11 +73,11 @@ __device__ __forceinline__ int longest_first_entry(const DecodeParams& p, int z,
   return pick;
 }
 
-/// Fills `e` for this CTA (grid: split x (KV head, row block) x entry b, blockIdx.z unless the
-/// kernel orders entries otherwise). Returns false when the
-/// CTA has nothing to do. Splits cover ceil(range / splits) keys rounded up to the tile size N
-/// (or p.split_chunk keys in the deterministic mode). An entry longer than the grid's max_q is
-/// outside the kernel's contract: its output is made NaN (loud) rather than left stale.
+/// Fills `e` for this CTA (grid: split x (KV head, row block) x entry b: blockIdx.z unless the
+/// kernel orders entries otherwise). Returns false when the CTA has nothing to do. Splits cover
+/// ceil(range / splits) keys rounded up to the tile size N (or p.split_chunk keys in the
+/// deterministic mode). An entry longer than the grid's max_q is outside the kernel's contract: its
+/// output is made NaN (loud) rather than left stale.
 template <typename T, int DV, int ROWS, int N>
 __device__ __forceinline__ bool load_entry(const DecodeParams& p, DecodeEntry& e,
                                            int b = static_cast<int>(blockIdx.z)) {
@@ -102,8 +107,8 @@ __device__ __forceinline__ bool load_entry(const DecodeParams& p, DecodeEntry& e
 
   // This split's keys: a slice of the union of the entry's visible ranges.
   e.begin = e.end = 0;
-  const int lo = visible_keys(p, 0, e.q_len, e.kv_len).lo;
-  const int hi = visible_keys(p, e.q_len - 1, e.q_len, e.kv_len).hi;
+  const KeyRange keys = entry_keys(p, e.q_len, e.kv_len);
+  const int lo = keys.lo, hi = keys.hi;
   if (hi >= lo) {
     const int range = hi - lo + 1;
     int chunk = p.split_chunk;
