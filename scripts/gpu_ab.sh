@@ -9,6 +9,9 @@
 #                          bash scripts/gpu_ab.sh                       (carry ["build/gpupkg"])
 #   ALT="NAME=VALUE ...[;NAME=VALUE ...]": more columns (alt1, alt2, ...), the new binary under
 #   each group of environment settings.
+#   Budget: the tests and sanitizer steps, then ~2.5 s per workload per column per round (the
+#   call's limit is 600 s; a killed call returns only what was printed, so each round prints its
+#   times as it ends, and never pipe this script's output through tail).
 #   More binaries: build/gpupkg/var_NAME.tar.xz (a flashback binary, as base.tar.xz) adds a
 #   column NAME. SMALL=1 also runs the decode tests as a 99 KB-per-block GPU would choose.
 set -u -o pipefail
@@ -48,6 +51,7 @@ for r in $(seq "${R:-3}"); do
     e=(); [[ $v == alt* ]] && read -ra e <<< "${alts[${v#alt} - 1]}"
     timeout 120 env "${e[@]}" "$b" bench --device cuda --workloads "$B/workloads.json" --only "$W" \
       --budget "${BUDGET:-0.3}" --json "$L/ab_${v}_$r.json" > "$L/ab_${v}_$r.log" 2>&1
+    printf 'round %s %-8s %s\n' "$r" "$v" "$(awk '$2 ~ /^[0-9.]+$/ && NF >= 7 {printf "%s %s  ", $1, $2}' "$L/ab_${v}_$r.log")"
   done
 done
 # Median over rounds of each workload's time, new against base.
