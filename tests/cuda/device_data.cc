@@ -108,4 +108,32 @@ void run_on_device(DevicePaged& dp, const PagedData& d, const Exec& exec) {
   if (d.lse.data() != nullptr) dp.mirror.download(d.lse);
 }
 
+std::vector<AttentionCase> storage_variants(const AttentionCase& base) {
+  std::vector<AttentionCase> out;
+  AttentionCase c = base;
+  c.name = "req_to_token slots";
+  c.table_holds_slots = true;
+  out.push_back(c);
+  c = base;
+  c.name = "fp16, transposed lse";
+  c.dtype = c.kv_dtype = DType::kF16;
+  c.lse_transposed = true;
+  out.push_back(c);
+  c = base;
+  c.name = "no lse";
+  c.with_lse = false;
+  out.push_back(c);
+  for (DType f8 : {DType::kF8E4M3, DType::kF8E5M2})
+    for (bool per_head : {true, false})
+      for (DType q : {DType::kBF16, DType::kF16}) {
+        c = base;
+        c.name = "fp8";
+        c.kv_dtype = f8;
+        c.dtype = q;
+        c.per_head_descale = per_head;
+        out.push_back(c);
+      }
+  return out;
+}
+
 }  // namespace flashback::testing

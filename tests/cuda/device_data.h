@@ -73,4 +73,9 @@ void attach_workspace(DevicePaged& dp, const Exec& exec);
 /// Runs paged_attention on the device copy, then copies out/lse back into `d`'s host tensors.
 void run_on_device(DevicePaged& dp, const PagedData& d, const Exec& exec);
 
+/// The storage variants both GPU attention kernels (short and long queries) run on top of a
+/// base case, in this order: a req_to_token slot table; fp16 with a transposed LSE; no LSE;
+/// fp8 e4m3 and e5m2 caches with per-head and scalar descales under bf16 and fp16 q.
+std::vector<AttentionCase> storage_variants(const AttentionCase& base);
+
 }  // namespace flashback::testing

@@ -146,35 +146,7 @@ TEST(CudaDecode, Variants) {
       c.q_lens.assign(kv.size(), 2);
       check(c);
     }
-    {
-      AttentionCase c = base();
-      c.name = "req_to_token slots";
-      c.table_holds_slots = true;
-      check(c);
-    }
-    {
-      AttentionCase c = base();
-      c.name = "fp16, transposed lse";
-      c.dtype = c.kv_dtype = DType::kF16;
-      c.lse_transposed = true;
-      check(c);
-    }
-    {
-      AttentionCase c = base();
-      c.name = "no lse";
-      c.with_lse = false;
-      check(c);
-    }
-    for (DType f8 : {DType::kF8E4M3, DType::kF8E5M2})
-      for (bool per_head : {true, false})
-        for (DType q : {DType::kBF16, DType::kF16}) {
-          AttentionCase c = base();
-          c.name = "fp8";
-          c.kv_dtype = f8;
-          c.dtype = q;
-          c.per_head_descale = per_head;
-          check(c);
-        }
+    for (const AttentionCase& c : testing::storage_variants(base())) check(c);
     {
       // fp8 caches run the tensor cores in fp16: q far outside fp16's range must still work.
       AttentionCase c = base();
