@@ -72,7 +72,7 @@ alts = [times(f"alt{i + 1}") for i in range(NA)] + [times(v) for v in VS]
 names = [f"alt{i + 1}" for i in range(NA)] + [v.removeprefix("var_") for v in VS]
 med = lambda d, w: statistics.median(d.get(w, [float("nan")]))
 print(f"{'workload':28} {'new ms':>9} {'base ms':>9} {'new/base':>9}" +
-      "".join(f" {n + '/new':>9}" for n in names) + f"   (median of {R} rounds)")
+      "".join(f" {nm + '/new':>9}" for nm in names) + f"   (median of {R} rounds)")
 for w in list(n) + [w for w in b if w not in n]:
     line = f"{w:28} {med(n, w):9.4f} {med(b, w):9.4f} {med(n, w) / med(b, w):9.3f}"
     line += "".join(f" {med(a, w) / med(n, w):9.3f}" for a in alts)

@@ -63,11 +63,15 @@ step memcheck_prefill 60 env FLASHBACK_PREFILL_PAIRS=1 compute-sanitizer --tool 
 step memcheck_backend 45 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda_test_backend_cuda
 step memcheck_mla 60 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda_test_decode \
   --gtest_filter='CudaDecode.MlaAbsorbedVariants'
-# The longest-first ranking (shared keys, two barriers) under both tools, on a batch it ranks.
+# The longest-first ranking (shared keys, two barriers) under both tools, ranked by force on
+# tests whose 16-row blocks take the warps-split-keys kernel (CudaDecode.Splits' 32-row blocks
+# take kernel.cuh, which never ranks).
 step memcheck_longest_first 60 env FLASHBACK_DECODE_ORDER=length compute-sanitizer --tool memcheck \
-  --error-exitcode 9 $BIN/cuda_test_decode --gtest_filter='CudaDecode.Splits'
-step racecheck_longest_first 60 env FLASHBACK_DECODE_ORDER=length compute-sanitizer --tool racecheck \
-  --error-exitcode 9 $BIN/cuda_test_decode --gtest_filter='CudaDecode.Splits'
+  --error-exitcode 9 $BIN/cuda_test_decode \
+  --gtest_filter='CudaDecode.NoMaxSeqlenHint:CudaDecode.VerifyAndRaggedShortQueries'
+step racecheck_longest_first 90 env FLASHBACK_DECODE_ORDER=length compute-sanitizer --tool racecheck \
+  --error-exitcode 9 $BIN/cuda_test_decode \
+  --gtest_filter='CudaDecode.NoMaxSeqlenHint:CudaDecode.VerifyAndRaggedShortQueries'
 # The warps-split-keys kernel's per-warp K/V pipeline at every residency it takes (head dims 64:
 # three CTAs per SM, 128: two (bf16) or three (fp8), 256: one). Verify and Variants cover every
 # built head dim.

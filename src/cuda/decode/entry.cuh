@@ -56,9 +56,9 @@ __device__ __forceinline__ int entry_range(const DecodeParams& p, int b) {
 /// kLongestFirstMax words of shared scratch, free until the CTA's own copies begin.
 __device__ __forceinline__ int longest_first_entry(const DecodeParams& p, int z, uint32_t* keys) {
   __shared__ int pick;  // counted in config.h's WkLayout::static_bytes
-  static_assert(kLongestFirstMax <= 252, "index part of the keys (255 - i) stays >= 4");
+  static_assert(kLongestFirstMax <= 256, "the index part of the keys (255 - i) fits a byte");
   const int n = p.batch;
-  // Unique keys: range above, 255 - index below (>= 4 for index < kLongestFirstMax).
+  // Unique keys: range above, 255 - index in the low byte (ties go to the lower index).
   for (int i = static_cast<int>(threadIdx.x); i < n; i += static_cast<int>(blockDim.x))
     keys[i] = (static_cast<uint32_t>(min(entry_range(p, i), (1 << 23) - 1)) << 8) |
               static_cast<uint32_t>(255 - i);
