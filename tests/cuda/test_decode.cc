@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <numeric>
 #include <random>
@@ -347,6 +348,33 @@ TEST(CudaDecode, MlaAbsorbedLongQueries) {
       }
 }
 #endif
+
+// An entry with more queries than the grid's max_seqlen_q (the engine's promise, which the host
+// cannot check against device lengths) is outside the kernel's contract: its rows come out NaN,
+// also when splits go through the workspace and the combine writes the rows last; the other
+// entries are unaffected.
+TEST(CudaDecode, OverLongEntryIsNan) {
+  const int D = built_head_dims()[0];
+  AttentionCase c = decode_case(D, 8, 2, 16, {40, 1500, 60});
+  c.q_lens = {1, 3, 1};  // tokens 1..3 are entry 1's
+  for (int s : {1, 4}) {
+    SCOPED_TRACE("num_splits " + std::to_string(s));
+    PagedData d = testing::make_paged(c, next_seed());
+    d.params.max_seqlen_q = 1;
+    d.params.num_splits = s;
+    // Zeros instead of the NaN poison, so a NaN row is one the kernels wrote.
+    const int64_t H = d.params.out.shape[1], Dv = d.params.out.shape[2];
+    for (int64_t x = 0; x < 5 * H * Dv; ++x) d.out.set(x, 0.0);
+    testing::DevicePaged dp = testing::to_device(d);
+    testing::run_on_device(dp, d, {});
+    for (int64_t t = 0; t < 5; ++t) {
+      const bool over = t >= 1 && t <= 3;
+      int64_t nan = 0;
+      for (int64_t x = 0; x < H * Dv; ++x) nan += std::isnan(d.out.get(t * H * Dv + x)) ? 1 : 0;
+      EXPECT_EQ(nan, over ? H * Dv : 0) << "token " << t;
+    }
+  }
+}
 
 TEST(CudaDecode, UnsupportedIsLoud) {
   const int D = built_head_dims()[0];

@@ -26,6 +26,13 @@ __global__ void __launch_bounds__(128) combine_kernel(const CombineParams p) {
   const int64_t idx = blockIdx.x;  // token * heads_q + head
   const int tok = static_cast<int>(idx / p.heads_q), head = static_cast<int>(idx % p.heads_q);
   const int64_t split_stride = static_cast<int64_t>(p.total_q) * p.heads_q;
+  T* out = static_cast<T*>(p.out) + tok * p.out_st + head * p.out_sh;
+  // A NaN split-0 LSE: the row's entry was longer than the grid's queries (entry.cuh), loud.
+  if (isnan(p.ws_lse[idx])) {
+    for (int c = threadIdx.x; c < DV; c += blockDim.x) out[c] = from_float<T>(NAN);
+    if (threadIdx.x == 0 && p.lse) p.lse[tok * p.lse_st + head * p.lse_sh] = NAN;
+    return;
+  }
   float m = -INFINITY;
   for (int s = threadIdx.x; s < p.num_splits; s += blockDim.x)
     m = fmaxf(m, p.ws_lse[s * split_stride + idx]);
@@ -60,7 +67,6 @@ __global__ void __launch_bounds__(128) combine_kernel(const CombineParams p) {
   if (warp != 0) return;
   sum = ((red[0] + red[1]) + red[2]) + red[3];
   const float inv = sum > 0.f ? 1.f / sum : 0.f;
-  T* out = static_cast<T*>(p.out) + tok * p.out_st + head * p.out_sh;
 #pragma unroll
   for (int c = 0; c < NC; ++c) {
     const int col = lane + 32 * c;

@@ -99,6 +99,9 @@ __device__ __forceinline__ bool load_entry(const DecodeParams& p, DecodeEntry& e
         const int tok = e.token(p, r), head = e.head(p, r);
         static_cast<T*>(p.out)[tok * p.out_st + head * p.out_sh + c] = from_float<T>(NAN);
         if (c == 0 && p.lse) p.lse[tok * p.lse_st + head * p.lse_sh] = NAN;
+        // With splits the combine writes every row afterwards: a NaN split-0 LSE tells it to
+        // write NaN too (it would otherwise merge workspace rows no split wrote).
+        if (c == 0 && p.use_workspace) p.ws_lse[static_cast<int64_t>(tok) * p.heads_q + head] = NAN;
       }
     }
     return false;
