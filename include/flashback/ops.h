@@ -53,8 +53,9 @@ struct PagedAttentionParams {
   int window_left = -1;   ///< -1 = unbounded.
   int window_right = -1;  ///< -1 = unbounded (causal bounds it at 0).
   float softcap = 0;      ///< 0 = off.
-  int max_seqlen_q = 0;   ///< hint; 0 = derive. When given, a bound on every entry's queries:
-                          ///< on a GPU, the rows of an entry with more come out NaN.
+  int max_seqlen_q = 0;   ///< hint; 0 = derive. When given, it bounds every entry's queries:
+                          ///< on a GPU's short-query kernels (hint <= 16, or MLA absorbed),
+                          ///< the rows of an entry with more come out NaN.
   int num_splits = 0;     ///< 0 = heuristic; 1 = no split-KV.
   TensorView workspace;   ///< uint8, at least paged_attention_workspace_bytes(); may be absent
                           ///< when that is 0.
