@@ -7,6 +7,8 @@
 #                          tar cJf build/gpupkg/base.tar.xz -C DIR flashback (the baseline binary)
 #   run (GPU machine):     W=a,b,c R=3 TESTS="cuda_test_decode" RACE='CudaDecode.Variants' \
 #                          bash scripts/gpu_ab.sh                       (carry ["build/gpupkg"])
+#   PAIRS=1 also runs cuda_test_prefill with two query blocks per CTA forced.
+#   SANBIN=cuda_test_prefill: the binary RACE and MEM run (default cuda_test_decode).
 #   ALT="NAME=VALUE ...[;NAME=VALUE ...]": more columns (alt1, alt2, ...), the new binary under
 #   each group of environment settings.
 #   Budget: the tests and sanitizer steps, then ~2.5 s per workload per column per round (the
@@ -37,10 +39,12 @@ step() {  # name, timeout, command...
 for t in ${TESTS:-cuda_test_decode}; do step "$t" 150 "$B/$t"; done
 [[ -n ${SMALL:-} ]] && step decode_small_smem 150 env FLASHBACK_DECODE_SMEM_BLOCK=101376 \
   "$B/cuda_test_decode" --gtest_filter='-CudaDecode.Mla*'
+[[ -n ${PAIRS:-} ]] && step prefill_pairs 150 env FLASHBACK_PREFILL_PAIRS=1 "$B/cuda_test_prefill"
+SB=$B/${SANBIN:-cuda_test_decode}  # the test binary RACE / MEM filter
 [[ -n ${RACE:-} ]] && step racecheck 120 compute-sanitizer --tool racecheck --error-exitcode 9 \
-  "$B/cuda_test_decode" --gtest_filter="$RACE"
+  "$SB" --gtest_filter="$RACE"
 [[ -n ${MEM:-} ]] && step memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 9 \
-  "$B/cuda_test_decode" --gtest_filter="$MEM"
+  "$SB" --gtest_filter="$MEM"
 W=${W:-decode_b64_L8k,decode_fp8_b64_L8k}
 IFS=';' read -ra alts <<< "${ALT:-}"
 V="new base ${VARS[*]}"; V=${V% }; for i in "${!alts[@]}"; do V+=" alt$((i + 1))"; done
