@@ -325,6 +325,18 @@ TEST(CudaRagged, MlaChunkedPrefixShapes) {
   c.dtype = DType::kF16;
   c.heads_q = c.heads_kv = 4;
   check_ragged(c);
+  // Many tiles per block, so the two-stage K and V rings of the Hopper kernel wrap several
+  // times (and with windows, tiles a warpgroup sees none of).
+  c.name = "192/128 long keys, causal";
+  c.dtype = DType::kBF16;
+  c.causal = true;
+  c.q_lens = {200, 1, 129};
+  c.k_lens = {1100, 700, 129};
+  check_ragged(c);
+  c.name = "192/128 long keys, window + softcap";
+  c.window_left = 150;
+  c.softcap = 5.0f;
+  check_ragged(c);
 }
 
 TEST(CudaRagged, HeadDimsAndVariants) {
