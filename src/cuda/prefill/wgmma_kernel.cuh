@@ -8,10 +8,13 @@
 // (cuda/common/wgmma.cuh), STAGES deep; each copy's completion arrives on the stage's `full`
 // mbarrier. Warpgroups 0 and 1 consume 64 query rows each: S = Q K^T (both operands in shared
 // memory), the online softmax in registers (softmax.cuh, as the mma.sync kernel), O += P V with
-// P straight from the S registers as the A operand, then the stage is freed on its `empty`
-// mbarrier. With three stages a consumer issues S of tile j together with P V of tile j - 1 and
-// runs the softmax while P V does; the two consumers are not in lockstep either, so one's
-// softmax also overlaps the other's MMAs. Where the grid is large enough (launch.cu,
+// P straight from the S registers as the A operand. A consumer issues S of tile j together with
+// P V of tile j - 1 and runs tile j's softmax while P V does, so a stage holds what one such
+// step reads: K of tile j and V of tile j - 1 (a block of n tiles takes n + 1 stages, the first
+// with K only, the last with V only), and it is freed on its `empty` mbarrier after the step.
+// A consumer thus holds one stage at a time, and two stages (all 192/128 has room for) give
+// the producer a step of lead. The two consumers are not in lockstep either, so one's softmax
+// also overlaps the other's MMAs. Where the grid is large enough (launch.cu,
 // wgmma_grid_x) each CTA takes two query blocks, a long and a short one (block_at), so the
 // second block's tiles stream in while the first block finishes.
 // Registers move from the producer to the consumers with setmaxnreg.
@@ -56,8 +59,7 @@ struct WgmmaConfig {
   static constexpr int smem_for(int stages) {
     return 1024 + Q_BYTES + stages * STAGE_BYTES + 8 * (2 * stages + 2);
   }
-  // As many stages as fit (3 for 128/128, 2 for 192/128). The consumers' S / P V overlap needs
-  // three (a consumer holds two stages); with two they run S, softmax, P V in sequence.
+  // As many stages as fit: 3 for 128/128, 2 for 192/128.
   static constexpr int STAGES = smem_for(3) <= 227 * 1024 ? 3 : 2;
   static constexpr int SMEM_BYTES = smem_for(STAGES);
   static constexpr int PRODUCER_REGS = 56, CONSUMER_REGS = 224;  // 128 x 56 + 256 x 224 <= 64K
@@ -71,7 +73,7 @@ struct WgmmaPrefill {
 
   // Shared memory, by 32-bit shared-window address from `base` (1024-byte aligned): Q
   // [D / 64][BM][128 B], then per stage K [D / 64][N][128 B] and V [DV / 64][N][128 B], then
-  // the mbarriers.
+  // the mbarriers. Stage i of a block holds K of its tile i and V of its tile i - 1.
   static constexpr uint32_t BAR_OFF = Cfg::Q_BYTES + S * Cfg::STAGE_BYTES;
   uint32_t base;
 
@@ -185,8 +187,8 @@ struct WgmmaPrefill {
     }
   }
 
-  // Producer warpgroup: Q of each block, then the K/V tiles. `it` counts tiles over the CTA's
-  // blocks, so stage and phase continue across blocks.
+  // Producer warpgroup: Q of each block, then its n + 1 stages (K of tile j with V of tile
+  // j - 1). `it` counts stages over the CTA's blocks, so stage and phase continue across blocks.
   __device__ void produce(const PrefillParams& p, const Entry& e, int h) {
     const int t = threadIdx.x - 256, lane = t & 31, warp = t >> 5;
     const int g = h / p.group;
@@ -214,9 +216,13 @@ struct WgmmaPrefill {
           [&](int r) { return r < q_rows ? (warp * 32 + r) * q_row_bytes : int64_t{0}; },
           e.q_len - row0, warp, lane);
       mbar_arrive_on_copies(q_full());
-      for (int j = 0; j < sp.ntiles; ++j, ++it) {
+      // This thread's key's V offset in the previous tile, and that tile's rows.
+      int64_t v_off = 0;
+      int v_rows = 0;
+      for (int j = 0; sp.ntiles > 0 && j <= sp.ntiles; ++j, ++it) {
         const int s = it % S;
         const int key = sp.lo + j * N + t;  // this thread's key
+        const int nvalid = j < sp.ntiles ? sp.end - (sp.lo + j * N) : 0;
         const KeyBytes kb =
             key < sp.end ? key_bytes(walk.locate(ent, key), p.k_sp, p.k_so, p.v_sp, p.v_so, 2)
                          : make_longlong2(0, 0);  // zero-filled; offset 0 keeps the address valid
@@ -224,14 +230,17 @@ struct WgmmaPrefill {
         ent = j + 1 < sp.ntiles && key + N < sp.end ? walk.read(key + N) : 0;
         mbar_wait(empty(s), ((it / S) & 1) ^ 1);
         // This warp's keys' offsets, shuffled from the lanes that located them.
-        const int nvalid = sp.end - (sp.lo + j * N);
-        copy_rows_sw128<CK, N>(
-            k_stage(s), kbase, [&](int r) { return __shfl_sync(~0u, kb.x, r); }, nvalid, warp,
-            lane);
-        copy_rows_sw128<CV, N>(
-            v_stage(s), vbase, [&](int r) { return __shfl_sync(~0u, kb.y, r); }, nvalid, warp,
-            lane);
+        if (j < sp.ntiles)
+          copy_rows_sw128<CK, N>(
+              k_stage(s), kbase, [&](int r) { return __shfl_sync(~0u, kb.x, r); }, nvalid, warp,
+              lane);
+        if (j > 0)
+          copy_rows_sw128<CV, N>(
+              v_stage(s), vbase, [&](int r) { return __shfl_sync(~0u, v_off, r); }, v_rows,
+              warp, lane);
         mbar_arrive_on_copies(full(s));
+        v_off = kb.y;
+        v_rows = nvalid;
       }
     }
   }
@@ -280,75 +289,57 @@ struct WgmmaPrefill {
         // No real query in this warpgroup's 64 rows (a short entry or a block's tail): keep the
         // stage barriers in step (a wait on `full` before each `empty` arrival, so no arrival
         // counts toward a fill it did not see) and skip the MMAs.
-        for (int j = 0; j < sp.ntiles; ++j, ++it) {
+        for (int j = 0; sp.ntiles > 0 && j <= sp.ntiles; ++j, ++it) {
           const int s = it % S;
           mbar_wait(full(s), (it / S) & 1);
           mbar_arrive(empty(s));
         }
-      } else if constexpr (S >= 3) {
-        // Overlap (FlashAttention-3's intra-warpgroup form): S of tile j is issued together with
-        // P V of tile j - 1, tile j's softmax runs while P V does, and tile j - 1's stage is
-        // freed after it (a consumer holds two stages). Tile 0 (S and softmax only) is peeled
-        // off so that every wgmma group sits in straight-line code with its commit and wait.
+      } else if (sp.ntiles > 0) {
+        // FlashAttention-3's intra-warpgroup overlap: step j issues S of tile j together with
+        // P V of tile j - 1 (both in stage j) and runs tile j's softmax while P V does. Steps 0
+        // (S and softmax only) and n (P V only) are peeled off so that every wgmma group sits
+        // in straight-line code with its commit and wait. cp.async wrote the stage through the
+        // generic proxy; wgmma reads through the async one, hence the fence after each wait.
+        // (Fencing in the producer instead, after cp.async.wait_group, held each stage back by
+        // a step: mla_prefix_chunk_8x4k 402 -> 326 TFLOP/s.)
         uint32_t pa[N / 16][4];
         float sacc[1][N / 8][4];
         float alpha[2];
-        if (sp.ntiles > 0) {
+        {
           const int s = it % S;
           mbar_wait(full(s), (it / S) & 1);
-          // cp.async wrote the stage through the generic proxy; wgmma reads through the async
-          // one. (Fencing in the producer instead, after cp.async.wait_group, held each stage
-          // back by a tile: mla_prefix_chunk_8x4k 402 -> 326 TFLOP/s with its two stages.)
           fence_proxy_async_smem();
           issue_s(sq_addr, s, sacc);
           wgmma_wait<0>();
           reg_fence(sacc[0]);
+          mbar_arrive(empty(s));
           done_with_q(0);
           probs(p, e, rw, sp.lo, warp, lane, lm, sacc, m_run, l_run, alpha);
           to_p(alpha, acc, sacc, pa);
           ++it;
         }
         for (int j = 1; j < sp.ntiles; ++j, ++it) {
-          const int s = it % S, ps = (it + S - 1) % S;
+          const int s = it % S;
           mbar_wait(full(s), (it / S) & 1);
           fence_proxy_async_smem();
           issue_s(sq_addr, s, sacc);
-          issue_pv(ps, acc, pa);
+          issue_pv(s, acc, pa);
           wgmma_wait<1>();
           reg_fence(sacc[0]);
           done_with_q(j);
           probs(p, e, rw, sp.lo + j * N, warp, lane, lm, sacc, m_run, l_run, alpha);
           wait_all(acc, pa);
-          mbar_arrive(empty(ps));
+          mbar_arrive(empty(s));
           to_p(alpha, acc, sacc, pa);
         }
-        if (sp.ntiles > 0) {  // the last tile's P V
-          const int ps = (it + S - 1) % S;
-          issue_pv(ps, acc, pa);
-          wait_all(acc, pa);
-          mbar_arrive(empty(ps));
-        }
-      } else {
-        for (int j = 0; j < sp.ntiles; ++j, ++it) {
+        {  // the last tile's P V
           const int s = it % S;
-          const int t0 = sp.lo + j * N;
           mbar_wait(full(s), (it / S) & 1);
-          // A warpgroup whose rows see none of this tile only frees the stage.
-          if (rw.live && t0 <= rw.r_last.hi && t0 + N - 1 >= rw.r_first.lo) {
-            fence_proxy_async_smem();
-            float sacc[1][N / 8][4];
-            issue_s(sq_addr, s, sacc);
-            wgmma_wait<0>();
-            reg_fence(sacc[0]);
-            done_with_q(j);
-            float alpha[2];
-            probs(p, e, rw, t0, warp, lane, lm, sacc, m_run, l_run, alpha);
-            uint32_t pa[N / 16][4];
-            to_p(alpha, acc, sacc, pa);
-            issue_pv(s, acc, pa);
-            wait_all(acc, pa);
-          }
+          fence_proxy_async_smem();
+          issue_pv(s, acc, pa);
+          wait_all(acc, pa);
           mbar_arrive(empty(s));
+          ++it;
         }
       }
       if (q_held) mbar_arrive(q_empty());
