@@ -41,7 +41,13 @@ struct LogitMap {
 /// row max is taken on raw q.k and scaled once per row, and each probability is
 /// exp2(fma(s, mul, -max)) (FlashAttention-2's form): one multiply per element fewer. A negative
 /// k_descale takes the MASK body instead.
-template <int MT, int N, bool MASK, bool CAP>
+/// LAZY: while no row of the warp has a max more than kLazyRescaleLog2 above its running one,
+/// the running maxima stay as they are and alpha is exactly 1 (as FlashAttention-4 does):
+/// probabilities then reach at most 2^kLazyRescaleLog2, which fp32 sums, 16-bit P and fp32 O
+/// carry exactly as well, and the caller can skip O's rescale (most tiles once the maxima
+/// settle). The decision is warp-uniform, so the output does not depend on other warps.
+constexpr float kLazyRescaleLog2 = 8.f;
+template <int MT, int N, bool MASK, bool CAP, bool LAZY = false>
 __device__ __forceinline__ void softmax_probs(float (&s)[MT][N / 8][4], float (&m_run)[2 * MT],
                                               float (&l_run)[2 * MT], float (&alpha)[2 * MT],
                                               const Range (&rr)[2 * MT], int t0, int lane,
@@ -85,16 +91,31 @@ __device__ __forceinline__ void softmax_probs(float (&s)[MT][N / 8][4], float (&
   // probabilities exp2(-inf) = 0 and alpha exp2(-inf) = 0 (its sums are 0 anyway), with no
   // per-element test and no inf - inf.
   float m_use[2 * MT];
+  bool keep = LAZY;  // every row's max within kLazyRescaleLog2 of its (finite) running max
 #pragma unroll
   for (int ri = 0; ri < 2 * MT; ++ri) {
     mx[ri] = fmaxf(mx[ri], __shfl_xor_sync(0xffffffffu, mx[ri], 1));
     mx[ri] = fmaxf(mx[ri], __shfl_xor_sync(0xffffffffu, mx[ri], 2));
     if constexpr (RAW) mx[ri] *= lm.mul;
-    const float m_new = fmaxf(m_run[ri], mx[ri]);
-    m_use[ri] = m_new == -INFINITY ? 0.f : m_new;
-    alpha[ri] = fast_exp2(m_run[ri] - m_use[ri]);
-    m_run[ri] = m_new;
-    l_run[ri] *= alpha[ri];  // per-thread partial sums; the quad is reduced at the end
+    mx[ri] = fmaxf(m_run[ri], mx[ri]);  // the new running max
+    // False for a row that has seen no key (-inf - -inf is NaN, x - -inf is +inf).
+    if constexpr (LAZY) keep = keep && mx[ri] - m_run[ri] <= kLazyRescaleLog2;
+  }
+  if constexpr (LAZY) keep = __all_sync(0xffffffffu, keep);
+  if (keep) {
+#pragma unroll
+    for (int ri = 0; ri < 2 * MT; ++ri) {
+      m_use[ri] = m_run[ri];
+      alpha[ri] = 1.f;
+    }
+  } else {
+#pragma unroll
+    for (int ri = 0; ri < 2 * MT; ++ri) {
+      m_use[ri] = mx[ri] == -INFINITY ? 0.f : mx[ri];
+      alpha[ri] = fast_exp2(m_run[ri] - m_use[ri]);
+      m_run[ri] = mx[ri];
+      l_run[ri] *= alpha[ri];  // per-thread partial sums; the quad is reduced at the end
+    }
   }
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)

@@ -161,7 +161,7 @@ struct WgmmaPrefill {
                                                float (&m_run)[2], float (&l_run)[2],
                                                float (&alpha)[2]) {
     if (rw.whole && t0 >= rw.r_last.lo && t0 + N - 1 <= rw.r_first.hi && (CAP || lm.mul >= 0.f)) {
-      softmax_probs<1, N, false, CAP>(sacc, m_run, l_run, alpha, {}, t0, lane, lm);
+      softmax_probs<1, N, false, CAP, true>(sacc, m_run, l_run, alpha, {}, t0, lane, lm);
     } else {
       Range rr[2];
 #pragma unroll
@@ -169,15 +169,17 @@ struct WgmmaPrefill {
         const int r = rw.first + warp * 16 + (lane >> 2) + 8 * i;
         rr[i] = r < e.q_len ? visible_keys(p, r, e.q_len, e.kv_len) : Range{1, 0};
       }
-      softmax_probs<1, N, true, CAP>(sacc, m_run, l_run, alpha, rr, t0, lane, lm);
+      softmax_probs<1, N, true, CAP, true>(sacc, m_run, l_run, alpha, rr, t0, lane, lm);
     }
   }
-  // O's rescale, then P as P V's A fragments: the S accumulators of keys [16 kk, 16 kk + 16)
+  // O's rescale (skipped when the lazy softmax kept every row's max: alpha is exactly 1 for the
+  // whole warp), then P as P V's A fragments: the S accumulators of keys [16 kk, 16 kk + 16)
   // are exactly that fragment.
   static __device__ __forceinline__ void to_p(const float (&alpha)[2], float (&acc)[1][DV / 8][4],
                                               const float (&sacc)[1][N / 8][4],
                                               uint32_t (&pa)[N / 16][4]) {
-    rescale_rows<1, DV>(acc, alpha);
+    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f))
+      rescale_rows<1, DV>(acc, alpha);
 #pragma unroll
     for (int kk = 0; kk < N / 16; ++kk) {
       pa[kk][0] = pack2<T>(sacc[0][2 * kk][0], sacc[0][2 * kk][1]);
@@ -236,8 +238,8 @@ struct WgmmaPrefill {
               lane);
         if (j > 0)
           copy_rows_sw128<CV, N>(
-              v_stage(s), vbase, [&](int r) { return __shfl_sync(~0u, v_off, r); }, v_rows,
-              warp, lane);
+              v_stage(s), vbase, [&](int r) { return __shfl_sync(~0u, v_off, r); }, v_rows, warp,
+              lane);
         mbar_arrive_on_copies(full(s));
         v_off = kb.y;
         v_rows = nvalid;
