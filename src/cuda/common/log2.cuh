@@ -6,5 +6,9 @@ namespace flashback::cuda {
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
+// Lazy rescale (FlashAttention-4's): a running row max stays while the tile's max exceeds it by
+// at most this much (base 2), so O's rescale can be skipped; probabilities then reach at most
+// 2^kLazyRescaleLog2, which fp32 sums, 16-bit P and fp32 O carry as well as values <= 1.
+constexpr float kLazyRescaleLog2 = 8.f;
 
 }  // namespace flashback::cuda

@@ -41,12 +41,10 @@ struct LogitMap {
 /// row max is taken on raw q.k and scaled once per row, and each probability is
 /// exp2(fma(s, mul, -max)) (FlashAttention-2's form): one multiply per element fewer. A negative
 /// k_descale takes the MASK body instead.
-/// LAZY: while no row of the warp has a max more than kLazyRescaleLog2 above its running one,
-/// the running maxima stay as they are and alpha is exactly 1 (as FlashAttention-4 does):
-/// probabilities then reach at most 2^kLazyRescaleLog2, which fp32 sums, 16-bit P and fp32 O
-/// carry exactly as well, and the caller can skip O's rescale (most tiles once the maxima
-/// settle). The decision is warp-uniform, so the output does not depend on other warps.
-constexpr float kLazyRescaleLog2 = 8.f;
+/// LAZY: while no row of the warp has a max more than kLazyRescaleLog2 (cuda/common/log2.cuh)
+/// above its running one, the running maxima stay as they are and alpha is exactly 1, so the
+/// caller can skip O's rescale (most tiles once the maxima settle). The decision is
+/// warp-uniform, so the output does not depend on other warps.
 template <int MT, int N, bool MASK, bool CAP, bool LAZY = false>
 __device__ __forceinline__ void softmax_probs(float (&s)[MT][N / 8][4], float (&m_run)[2 * MT],
                                               float (&l_run)[2 * MT], float (&alpha)[2 * MT],
