@@ -44,7 +44,11 @@ struct LogitMap {
 /// LAZY: while no row of the warp has a max more than kLazyRescaleLog2 (cuda/common/log2.cuh)
 /// above its running one, the running maxima stay as they are and alpha is exactly 1, so the
 /// caller can skip O's rescale (most tiles once the maxima settle). The decision is
-/// warp-uniform, so the output does not depend on other warps.
+/// warp-uniform: a row's rounding now depends on the other rows of its warp (the same entry's
+/// neighbouring queries of one head), never on other entries, so the deterministic mode's
+/// batch invariance holds; the same token can round differently when its entry is cut into
+/// chunks differently (as the tile alignment already made it). Tested on the CPU against double
+/// precision by tests/cuda/test_softmax_emu.cc.
 template <int MT, int N, bool MASK, bool CAP, bool LAZY = false>
 __device__ __forceinline__ void softmax_probs(float (&s)[MT][N / 8][4], float (&m_run)[2 * MT],
                                               float (&l_run)[2 * MT], float (&alpha)[2 * MT],

@@ -122,6 +122,13 @@ inline void __syncwarp(unsigned = 0xffffffffu) {
 inline float __shfl_xor_sync(unsigned, float v, int m) {
   return emu::exchange(v, [&](auto get) { return get(emu::lane() ^ m); });
 }
+inline bool __any_sync(unsigned, bool v) {
+  return emu::exchange(v, [&](auto get) {
+    bool any = false;
+    for (int l = 0; l < 32; ++l) any = any || get(l);
+    return any;
+  });
+}
 inline bool __all_sync(unsigned, bool v) {
   return emu::exchange(v, [&](auto get) {
     bool all = true;

@@ -1,0 +1,163 @@
+// The long-query kernels' online softmax (src/cuda/prefill/softmax.cuh), eager and lazy, run on
+// the CPU under prefill_emu's warp emulation (one warp of 32 host threads, the S fragment layout
+// of m16n8k16) over many tiles, with O's rescale done as the Hopper kernel does it (skipped on a
+// warp vote when every alpha is 1) and one V column, against double precision. The lazy form
+// keeps a warp's running maxima while no row's grows by more than kLazyRescaleLog2: the data
+// below has jumps above that after many kept tiles, jumps just under it, a slow drift that
+// crosses it, rows that see no key for the first tiles, and a row that sees none at all.
+#include <cuda_runtime.h>  // prefill_emu's stand-in (include path), before the kernel headers
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "cuda/common/log2.cuh"
+#include "cuda/prefill/softmax.cuh"
+
+namespace flashback::cuda::prefill {
+namespace {
+
+constexpr int N = 64, TILES = 12, ROWS = 16, KEYS = N * TILES;
+
+struct Data {
+  std::vector<float> s;         // [ROWS][KEYS] raw q.k
+  std::vector<float> v;         // [KEYS] one V column
+  std::vector<KeyRange> range;  // [ROWS]
+  float mul = 0.5f;             // raw q.k -> base-2 logit
+};
+
+struct Result {
+  std::vector<double> o, lse;  // [ROWS]; lse in base 2, -inf for a row that saw no key
+  float p_max = 0.f;           // the largest probability any tile produced
+};
+
+Data make_data(uint64_t seed, bool staggered) {
+  Data d;
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd(0.f, 4.f);
+  d.s.resize(ROWS * KEYS);
+  d.v.resize(KEYS);
+  for (auto& x : d.s) x = nd(rng);
+  for (auto& x : d.v) x = nd(rng);
+  auto at = [&](int r, int k) -> float& { return d.s[r * KEYS + k]; };
+  at(3, 6 * N + 10) += 50.f;  // +25 in base 2 after six kept tiles: the warp must rescale
+  at(5, 9 * N + 33) += 20.f;  // +10: just over the threshold
+  at(9, 4 * N + 7) += 14.f;   // +7: kept, probabilities up to ~2^7 and more
+  for (int k = 0; k < KEYS; ++k) at(12, k) += 0.05f * static_cast<float>(k);  // drifts past it
+  d.range.assign(ROWS, KeyRange{0, KEYS - 1});
+  d.range[2] = {0, 300};
+  d.range[14] = {100, KEYS - 1};
+  if (staggered) {
+    d.range[1] = {3 * N + 5, 7 * N};  // sees no key in tiles 0-2
+    d.range[0] = {1, 0};              // sees none at all: the warp never keeps then
+  }
+  return d;
+}
+
+Result reference(const Data& d, bool mask) {
+  Result r;
+  for (int row = 0; row < ROWS; ++row) {
+    const KeyRange rr = mask ? d.range[row] : KeyRange{0, KEYS - 1};
+    double m = -INFINITY;
+    for (int k = rr.lo; k <= rr.hi; ++k) m = std::max(m, double{d.s[row * KEYS + k]} * d.mul);
+    double l = 0, o = 0;
+    for (int k = rr.lo; k <= rr.hi; ++k) {
+      const double p = std::exp2(double{d.s[row * KEYS + k]} * d.mul - m);
+      l += p;
+      o += p * d.v[k];
+    }
+    r.lse.push_back(l > 0 ? m + std::log2(l) : -INFINITY);
+    r.o.push_back(l > 0 ? o / l : 0.);
+  }
+  return r;
+}
+
+template <bool MASK, bool LAZY>
+Result run(const Data& d) {
+  Result r;
+  r.o.assign(ROWS, 0.);
+  r.lse.assign(ROWS, 0.);
+  std::vector<float> p_max(32, 0.f);
+  LogitMap lm;
+  lm.mul = d.mul;
+  lm.in = lm.out = 0.f;
+  emu::launch({1, 1, 1}, 32, [&] {
+    const int lane = threadIdx.x & 31;
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f}, o_part[2] = {0.f, 0.f};
+    const KeyRange rr[2] = {d.range[lane / 4], d.range[lane / 4 + 8]};
+    for (int t = 0; t < TILES; ++t) {
+      float s[1][N / 8][4];
+      for (int u = 0; u < N / 8; ++u)
+        for (int x = 0; x < 4; ++x) {
+          const int row = lane / 4 + 8 * (x >> 1), key = t * N + u * 8 + 2 * (lane & 3) + (x & 1);
+          s[0][u][x] = d.s[row * KEYS + key];
+        }
+      float alpha[2];
+      softmax_probs<1, N, MASK, false, LAZY>(s, m_run, l_run, alpha, rr, t * N, lane, lm);
+      if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+        o_part[0] *= alpha[0];
+        o_part[1] *= alpha[1];
+      }
+      for (int u = 0; u < N / 8; ++u)
+        for (int x = 0; x < 4; ++x) {
+          const int key = t * N + u * 8 + 2 * (lane & 3) + (x & 1);
+          o_part[x >> 1] += s[0][u][x] * d.v[key];
+          p_max[lane] = std::max(p_max[lane], s[0][u][x]);
+        }
+    }
+    for (int i = 0; i < 2; ++i) {
+      float l = l_run[i], o = o_part[i];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      o += __shfl_xor_sync(0xffffffffu, o, 1);
+      o += __shfl_xor_sync(0xffffffffu, o, 2);
+      if ((lane & 3) == 0) {
+        const int row = lane / 4 + 8 * i;
+        r.lse[row] = l > 0.f ? double{m_run[i]} + std::log2(double{l}) : -INFINITY;
+        r.o[row] = l > 0.f ? double{o} / l : 0.;
+      }
+    }
+  });
+  r.p_max = *std::max_element(p_max.begin(), p_max.end());
+  return r;
+}
+
+void expect_close(const Result& got, const Result& ref, const char* what) {
+  for (int row = 0; row < ROWS; ++row) {
+    if (std::isinf(ref.lse[row])) {
+      EXPECT_TRUE(std::isinf(got.lse[row]) && got.lse[row] < 0) << what << " row " << row;
+      EXPECT_EQ(got.o[row], 0.) << what << " row " << row;
+      continue;
+    }
+    EXPECT_NEAR(got.lse[row], ref.lse[row], 1e-4) << what << " row " << row;
+    EXPECT_NEAR(got.o[row], ref.o[row], 1e-4 * (1. + std::abs(ref.o[row])))
+        << what << " row " << row;
+  }
+}
+
+TEST(SoftmaxEmu, LazyAndEagerMatchDoublePrecision) {
+  for (uint64_t seed : {1u, 2u, 3u}) {
+    const Data d = make_data(seed, false);
+    const Result ref_all = reference(d, false), ref_mask = reference(d, true);
+    const Result eager = run<false, false>(d), lazy = run<false, true>(d);
+    expect_close(eager, ref_all, "eager");
+    expect_close(lazy, ref_all, "lazy");
+    const Result eager_m = run<true, false>(d), lazy_m = run<true, true>(d);
+    expect_close(eager_m, ref_mask, "eager, masked");
+    expect_close(lazy_m, ref_mask, "lazy, masked");
+    EXPECT_LE(eager.p_max, 1.f + 1e-6f);
+    // Kept maxima let probabilities grow, never past 2^kLazyRescaleLog2 (up to rounding), and
+    // this data does make them grow (so the kept path ran).
+    EXPECT_LE(lazy.p_max, std::exp2(kLazyRescaleLog2) * (1.f + 1e-5f));
+    EXPECT_GT(lazy.p_max, 2.f);
+
+    const Data st = make_data(seed, true);
+    expect_close(run<true, true>(st), reference(st, true), "lazy, staggered ranges");
+    expect_close(run<true, false>(st), reference(st, true), "eager, staggered ranges");
+  }
+}
+
+}  // namespace
+}  // namespace flashback::cuda::prefill
