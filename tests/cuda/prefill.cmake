@@ -4,13 +4,6 @@ flashback_add_test(cuda_test_prefill gpu ${CMAKE_CURRENT_SOURCE_DIR}/test_prefil
 target_link_libraries(cuda_test_prefill PRIVATE flashback_cuda_testing)
 target_compile_definitions(cuda_test_prefill PRIVATE FLASHBACK_TEST_HEAD_DIMS="${_fb_test_dims}")
 
-# The prefill kernel run on the CPU under a small emulation of the CUDA execution model
-# (prefill_emu/), against the oracle: needs no GPU, so it runs wherever the CUDA build does.
-flashback_add_test(cpu_test_prefill_emu cpu ${CMAKE_CURRENT_SOURCE_DIR}/test_prefill_emu.cc)
-target_include_directories(cpu_test_prefill_emu BEFORE PRIVATE
-  ${CMAKE_CURRENT_SOURCE_DIR}/prefill_emu)
-target_compile_options(cpu_test_prefill_emu PRIVATE -O2)
-
 # The Hopper MMA primitives (src/cuda/common/wgmma.cuh) on their own, against a CPU product.
 flashback_add_test(cuda_test_wgmma gpu ${CMAKE_CURRENT_SOURCE_DIR}/test_wgmma.cu)
 set_target_properties(cuda_test_wgmma PROPERTIES CUDA_ARCHITECTURES "${FLASHBACK_CUDA_ARCHS}"
