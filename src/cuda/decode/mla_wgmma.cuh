@@ -257,15 +257,32 @@ struct MlaWgmma {
         if (quad == 0) st_f32(red(wg, r0 + 8 * i), mx[i]);
       }
       named_barrier_sync<1, 256>();
-      float alpha[2], m_use[2];
+      // Lazy rescale (FlashAttention-4's): while no row of the warp has a max more than
+      // kLazyRescaleLog2 above its running one, the running maxima stay (alpha exactly 1, so
+      // the O rescale below is skipped); probabilities then reach at most 2^8. Both warpgroups
+      // see the same maxima of the same rows, so they decide alike.
+      float alpha[2], m_use[2], m_new[2];
+      bool keep = true;
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int r = r0 + 8 * i;
-        const float m_new = fmaxf(m_run[i], fmaxf(ld_f32(red(0, r)), ld_f32(red(1, r))));
-        alpha[i] = m_new == -INFINITY ? 1.f : exp2f(m_run[i] - m_new);
-        m_use[i] = m_new == -INFINITY ? 0.f : m_new;
-        m_run[i] = m_new;
-        l_part[i] *= alpha[i];
+        m_new[i] = fmaxf(m_run[i], fmaxf(ld_f32(red(0, r)), ld_f32(red(1, r))));
+        keep = keep && m_new[i] - m_run[i] <= kLazyRescaleLog2;  // false while m_run is -inf
+      }
+      if (__all_sync(~0u, keep)) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          alpha[i] = 1.f;
+          m_use[i] = m_run[i];
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          alpha[i] = m_new[i] == -INFINITY ? 1.f : exp2f(m_run[i] - m_new[i]);
+          m_use[i] = m_new[i] == -INFINITY ? 0.f : m_new[i];
+          m_run[i] = m_new[i];
+          l_part[i] *= alpha[i];
+        }
       }
       // P (16-bit) into the swizzled block: row r, keys 32 wg + 8 u + 2 quad + {0, 1}.
       const uint32_t pbase = p_addr() + quad * 4;

@@ -277,15 +277,27 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS) decode_wk_kernel(cons
           s[nt][x] = v;
           mx[i] = fmaxf(mx[i], v);
         }
-      float alpha[2];
+      // Lazy rescale (FlashAttention-4's, cuda/common/log2.cuh): while no row of the warp has
+      // a max more than kLazyRescaleLog2 above its running one, the running maxima stay and
+      // alpha is exactly 1, so the O rescale below is skipped on more tiles than "no max grew".
+      float alpha[2] = {1.f, 1.f};
+      bool keep = true;
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
         mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-        const float m_new = fmaxf(m_run[i], mx[i]);
-        alpha[i] = m_new == -INFINITY ? 1.f : exp2f(m_run[i] - m_new);
-        m_run[i] = m_new;
-        l_run[i] *= alpha[i];  // per-thread partial sums; the quad is reduced at the end
+        mx[i] = fmaxf(m_run[i], mx[i]);  // the new running max
+        // A row that has seen no key (a padding row) keeps its -inf; one seeing its first key
+        // (x - -inf = +inf) does not.
+        keep = keep && (mx[i] == -INFINITY || mx[i] - m_run[i] <= kLazyRescaleLog2);
+      }
+      if (!__all_sync(0xffffffffu, keep)) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          alpha[i] = mx[i] == -INFINITY ? 1.f : exp2f(m_run[i] - mx[i]);
+          m_run[i] = mx[i];
+          l_run[i] *= alpha[i];  // per-thread partial sums; the quad is reduced at the end
+        }
       }
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)
@@ -296,8 +308,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS) decode_wk_kernel(cons
           s[nt][x] = pr;
           l_run[i] += pr;
         }
-      // Rescale O only when some row's maximum grew: after the first tiles it rarely does, and
-      // the rescale is DV / 2 multiplies per lane (the branch is uniform across the warp).
+      // Rescale O only when the warp moved some row's running max: after the first tiles it
+      // rarely does, and the rescale is DV / 2 multiplies per lane (a warp-uniform branch).
       if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
         for (int u = 0; u < DV / 8; ++u) {

@@ -148,15 +148,19 @@ __device__ __forceinline__ void rescale_rows(float (&acc)[MT][DV / 8][4],
     }
 }
 
-/// softmax_probs, then the O rescale at once (the mma.sync kernel, whose MMAs are synchronous).
+/// softmax_probs (lazy), then the O rescale at once (the mma.sync kernel, whose MMAs are
+/// synchronous), skipped when alpha is exactly 1 for every row of the warp.
 template <int MT, int N, int DV, bool MASK, bool CAP>
 __device__ __forceinline__ void online_softmax(float (&s)[MT][N / 8][4], float (&m_run)[2 * MT],
                                                float (&l_run)[2 * MT], float (&acc)[MT][DV / 8][4],
                                                const Range (&rr)[2 * MT], int t0, int lane,
                                                const LogitMap& lm) {
   float alpha[2 * MT];
-  softmax_probs<MT, N, MASK, CAP>(s, m_run, l_run, alpha, rr, t0, lane, lm);
-  rescale_rows<MT, DV>(acc, alpha);
+  softmax_probs<MT, N, MASK, CAP, true>(s, m_run, l_run, alpha, rr, t0, lane, lm);
+  bool any = false;
+#pragma unroll
+  for (int ri = 0; ri < 2 * MT; ++ri) any = any || alpha[ri] != 1.f;
+  if (__any_sync(0xffffffffu, any)) rescale_rows<MT, DV>(acc, alpha);
 }
 
 }  // namespace flashback::cuda::prefill
