@@ -44,6 +44,7 @@ file(CONFIGURE OUTPUT ${_fb_cuda_gen}/flashback_cuda_instances.inc CONTENT "${_f
 
 target_sources(flashback PRIVATE
   ${_fb_cuda_src}/device_facts.cu
+  ${_fb_cuda_src}/common/tensor_map.cu
   ${_fb_cuda_src}/dispatch.cu
   ${_fb_cuda_src}/memory.cu
   ${_fb_cuda_src}/decode/combine.cu

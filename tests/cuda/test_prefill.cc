@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -102,6 +103,20 @@ TEST(CudaPrefill, PageSizesAndGqaRatios) {
       }
 }
 
+// On Hopper the tiles whose keys all exist come by TMA, a box per page (per 128-key tile for
+// longer pages, as 128 and 256 here); 8 is the smallest page size it takes, 24 is not a power
+// of two (cp.async throughout).
+TEST(CudaPrefill, TmaBoxPageSizes) {
+  for (int D : built_head_dims())
+    for (int P : {8, 24, 32, 128, 256}) {
+      AttentionCase c = extend_case(D, 4, 1, P);
+      c.name = "extend, page size " + std::to_string(P);
+      c.q_lens.push_back(200);
+      c.kv_lens.push_back(1000);
+      check(c);
+    }
+}
+
 TEST(CudaPrefill, Variants) {
   for (int D : built_head_dims()) {
     auto base = [&] { return extend_case(D, 4, 1, 16); };
@@ -164,11 +179,13 @@ TEST(CudaPrefill, HintsAndLongEntries) {
 // a row of the table (table_rows) and start at a key position (kv_start).
 TEST(CudaPrefill, TableRowsAndKvStart) {
   for (int D : built_head_dims())
-    for (int P : {1, 16}) {
+    for (int P : {1, 16, -16}) {  // -16: pages of 16, starts on page boundaries (TMA boxes)
+      const bool aligned = P < 0;
+      P = std::abs(P);
       AttentionCase c = extend_case(D, 8, 2, P);
       c.q_lens = {30, 130, 0, 17, 1};
       c.kv_lens = {200, 700, 64, 300, 90};
-      c.name = "virtual requests";
+      c.name = aligned ? "virtual requests, page-aligned starts" : "virtual requests";
       SCOPED_TRACE(c.describe());
       PagedData d = testing::make_paged(c, next_seed());
       d.params.max_seqlen_q = max_of(c.q_lens);
@@ -178,7 +195,8 @@ TEST(CudaPrefill, TableRowsAndKvStart) {
       for (int b = 0; b < B; ++b) {
         const int r = (b * 3 + 1) % B;  // another request's row of the table
         const int full = c.kv_lens[r], q = c.q_lens[b];
-        const int s = std::uniform_int_distribution<int>(0, std::max(0, full - q))(rng);
+        int s = std::uniform_int_distribution<int>(0, std::max(0, full - q))(rng);
+        if (aligned) s -= s % P;
         const int len = std::uniform_int_distribution<int>(std::min(q, full - s), full - s)(rng);
         rows.ptr<int32_t>()[b] = r;
         start.ptr<int32_t>()[b] = s;
@@ -244,6 +262,9 @@ struct RaggedCase {
   bool causal = true, lse_transposed = false;
   int window_left = -1, window_right = -1;
   float softcap = 0;
+  // > 0: K and V are views starting kv_pad columns into rows kv_pad columns wider (as an engine
+  // passes V sliced from a joint K/V projection): strides the Hopper kernel's TMA maps must take.
+  int kv_pad = 0;
 };
 
 void check_ragged(const RaggedCase& c) {
@@ -259,11 +280,17 @@ void check_ragged(const RaggedCase& c) {
     cu_q.ptr<int32_t>()[b + 1] = static_cast<int32_t>(tq);
     cu_k.ptr<int32_t>()[b + 1] = static_cast<int32_t>(tk);
   }
-  Tensor q(c.dtype, {tq, c.heads_q, c.head_dim}), k(c.dtype, {tk, c.heads_kv, c.head_dim}),
-      v(c.dtype, {tk, c.heads_kv, c.head_dim_v});
+  const int pad = c.kv_pad;
+  Tensor q(c.dtype, {tq, c.heads_q, c.head_dim}), k(c.dtype, {tk, c.heads_kv, c.head_dim + pad}),
+      v(c.dtype, {tk, c.heads_kv, c.head_dim_v + pad});
   testing::fill_normal(q, rng);
   testing::fill_normal(k, rng);
   testing::fill_normal(v, rng);
+  auto cols = [&](const Tensor& t, int64_t d) {  // columns [pad, pad + d) of each row
+    const int64_t w = d + pad;
+    return TensorView(static_cast<char*>(t.view().data) + pad * dtype_size(c.dtype), c.dtype,
+                      {tk, c.heads_kv, d}, {c.heads_kv * w, w, 1});
+  };
   auto outputs = [&](Tensor& out, Tensor& lse, RaggedAttentionParams& p) {
     out = Tensor(c.dtype, {tq, c.heads_q, c.head_dim_v});
     out.poison();
@@ -275,8 +302,8 @@ void check_ragged(const RaggedCase& c) {
   };
   RaggedAttentionParams p;
   p.q = q;
-  p.k = k;
-  p.v = v;
+  p.k = cols(k, c.head_dim);
+  p.v = cols(v, c.head_dim_v);
   p.cu_seqlens_q = cu_q;
   p.cu_seqlens_k = cu_k;
   p.causal = c.causal;
@@ -336,6 +363,21 @@ TEST(CudaRagged, MlaChunkedPrefixShapes) {
   c.name = "192/128 long keys, window + softcap";
   c.window_left = 150;
   c.softcap = 5.0f;
+  check_ragged(c);
+  // Whole 128-key tiles of ragged keys come by TMA on Hopper: K and V as strided views with an
+  // offset base, entries whose keys start mid-way through the tensor, full tiles then a
+  // partial one (a stage with V by TMA and K by cp.async), and one ending exactly on a tile.
+  c.name = "192/128 strided K/V views, non-causal";
+  c.window_left = -1;
+  c.softcap = 0;
+  c.causal = false;
+  c.kv_pad = 64;
+  c.q_lens = {130, 3, 64};
+  c.k_lens = {77, 1100, 512};
+  check_ragged(c);
+  c.name = "192/128 strided K/V views, causal";
+  c.causal = true;
+  c.q_lens = {130, 300, 64};
   check_ragged(c);
 }
 

@@ -3,10 +3,12 @@
 // grid and calls the generated instance for (head dims, q dtype).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "cuda/common/check.cuh"
+#include "cuda/common/tensor_map.h"
 #include "cuda/common/dtype.cuh"
 #include "cuda/device_facts.h"
 #include "cuda/env.h"
@@ -97,6 +99,34 @@ int wgmma_grid_x(const PrefillParams& p) {
   if (mode == 1) return half;
   const int64_t ctas = static_cast<int64_t>(half) * p.heads_q * p.batch;
   return ctas >= 2 * static_cast<int64_t>(device_facts().sms) ? half : p.m_blocks;
+}
+
+void add_kv_maps(PrefillParams& p, int d, int dv, int tile_keys) {
+  // FLASHBACK_PREFILL_TMA=0: every tile by cp.async (for A/B runs and as a fallback switch).
+  static const bool off = env_value("FLASHBACK_PREFILL_TMA") == "0";
+  p.kv_box = 0;
+  if (off) return;
+  // Ragged keys: (column, head, 1, row), a box per tile. Paged: (column, head, offset, page), a
+  // box per page (or per tile of a page longer than one), starting on a page boundary; page
+  // sizes that are not a multiple of 8 keys (a box then ends off a swizzle period), or that
+  // neither divide nor are a multiple of the tile, and slot tables stay on cp.async.
+  const bool ragged = p.cu_k != nullptr;
+  const int ps = p.page_size;
+  const int box = ragged ? tile_keys : std::min(ps, tile_keys);
+  if (!ragged && (p.table_holds_slots || ps % 8 != 0 ||
+                  (tile_keys % ps != 0 && ps % tile_keys != 0)))
+    return;
+  const int64_t hk = p.heads_q / p.group;
+  const auto map = [&](TensorMap& m, const void* base, int cols, int64_t outer, int64_t sh,
+                       int64_t so, int64_t sp) {
+    const int64_t dims[4] = {cols, hk, ragged ? 1 : ps, outer};
+    const int64_t strides[3] = {sh * 2, (ragged ? sp : so) * 2, sp * 2};
+    const int boxes[4] = {64, 1, ragged ? 1 : box, ragged ? box : 1};
+    return encode_map_4d(m, base, dims, strides, boxes);
+  };
+  if (map(p.k_map, p.k, d, p.k_outer, p.k_sh, p.k_so, p.k_sp) &&
+      map(p.v_map, p.v, dv, p.v_outer, p.v_sh, p.v_so, p.v_sp))
+    p.kv_box = box;
 }
 
 std::string built_instances() {

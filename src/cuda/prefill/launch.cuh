@@ -42,9 +42,15 @@ bool uses_wgmma(KvKind kv) {
   return WgmmaConfig<D, DV>::kBuilt && kv == KvKind::kSame && wgmma_available();
 }
 
+/// K and V as TMA maps for the Hopper kernel's tiles of `tile_keys` keys (launch.cu; kv_box
+/// stays 0 where they cannot be built, and the producer then copies every tile itself).
+void add_kv_maps(PrefillParams& p, int d, int dv, int tile_keys);
+
 template <int D, int DV, typename T>
-void launch_wgmma(const PrefillParams& p, cudaStream_t stream) {
+void launch_wgmma(const PrefillParams& p_in, cudaStream_t stream) {
   using Cfg = WgmmaConfig<D, DV>;
+  PrefillParams p = p_in;
+  add_kv_maps(p, D, DV, Cfg::N);
   const dim3 grid(wgmma_grid_x(p), p.heads_q, p.batch);
   if (p.softcap > 0.f)
     launch_with_smem(prefill_wgmma_kernel<Cfg, T, true>, grid, Cfg::THREADS, Cfg::SMEM_BYTES,

@@ -30,6 +30,8 @@ inline PrefillParams paged_params(const PagedAttentionParams& p, const detail::P
   fill_query_fields(d, p.q, p.out, p.lse, p.cu_seqlens_q, s.batch, s.heads_q, s.heads_kv, s.scale,
                     p.causal, p.window_left, p.window_right, p.softcap);
   fill_paged_kv(d, p, s.page_size);
+  d.k_outer = p.k_cache.shape[0];
+  d.v_outer = p.v_cache.shape[0];
   d.m_blocks = m_blocks_for(max_q_of(p.max_seqlen_q, s.max_seqlen_q, s.total_q), rows);
   return d;
 }
@@ -47,6 +49,8 @@ inline PrefillParams ragged_params(const RaggedAttentionParams& p, const detail:
   d.v_sh = p.v.strides[1];
   d.cu_k = p.cu_seqlens_k.ptr<const int32_t>();
   d.cu_k_s = p.cu_seqlens_k.strides[0];
+  d.k_outer = p.k.shape[0];
+  d.v_outer = p.v.shape[0];
   d.m_blocks = m_blocks_for(max_q_of(p.max_seqlen_q, s.max_seqlen_q, s.total_q), rows);
   return d;
 }

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "cuda/common/tensor_map.h"
+
 namespace flashback::cuda {
 
 struct PrefillParams {
@@ -38,6 +40,14 @@ struct PrefillParams {
   int64_t out_st = 0, out_sh = 0;
   float* lse = nullptr;  // optional, natural log
   int64_t lse_st = 0, lse_sh = 0;
+
+  int64_t k_outer = 0, v_outer = 0;  // the rows (ragged) or pages (paged) k and v hold
+  // The Hopper kernel's K and V as TMA maps over (column, head, offset in page, page), ragged
+  // keys as pages of one row; each box is 64 columns of kv_box keys (a page, or a tile of
+  // ragged keys). The kernel takes the tiles whose keys all exist from them; kv_box = 0 where
+  // no map could be built (launch.cu, add_kv_maps).
+  TensorMap k_map, v_map;
+  int kv_box = 0;
 
   int batch = 0, heads_q = 0, group = 1, page_size = 1;
   int m_blocks = 1;  // query blocks of the longest entry (a hint; longer entries loop)

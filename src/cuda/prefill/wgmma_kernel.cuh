@@ -3,10 +3,11 @@
 // causal, window, softcap, LSE, paged or ragged K/V, 16-bit caches), on warpgroup MMA.
 //
 // Warp-specialised, as FlashAttention-3 does. Warpgroup 2 is the producer: per 128-key tile,
-// thread t reads key t's table entry (a tile ahead), then its warps copy K and V rows with
-// cp.async in 128-byte pieces into the 128-byte-swizzled layout wgmma reads
-// (cuda/common/wgmma.cuh), STAGES deep; each copy's completion arrives on the stage's `full`
-// mbarrier. Warpgroups 0 and 1 consume 64 query rows each: S = Q K^T (both operands in shared
+// thread t reads key t's table entry (a tile ahead); a tile whose keys all exist then comes by
+// TMA, a box per page (or per tile of ragged keys) issued by the thread of its first key, and
+// any other tile by the warps' cp.async in 128-byte pieces, both into the 128-byte-swizzled
+// layout wgmma reads (cuda/common/wgmma.cuh), STAGES deep; the copies complete on the stage's
+// `full` mbarrier (cp.async by arrivals, TMA by bytes). Warpgroups 0 and 1 consume 64 query rows each: S = Q K^T (both operands in shared
 // memory), the online softmax in registers (softmax.cuh, as the mma.sync kernel), O += P V with
 // P straight from the S registers as the A operand. A consumer issues S of tile j together with
 // P V of tile j - 1 and runs tile j's softmax while P V does, so a stage holds what one such
@@ -37,6 +38,7 @@
 #include "cuda/common/mbarrier.cuh"
 #include "cuda/common/paged.cuh"
 #include "cuda/common/sw128_copy.cuh"
+#include "cuda/common/tma.cuh"
 #include "cuda/common/wgmma.cuh"
 #include "cuda/prefill/blocks.h"
 #include "cuda/prefill/kernel.cuh"
@@ -218,29 +220,54 @@ struct WgmmaPrefill {
           [&](int r) { return r < q_rows ? (warp * 32 + r) * q_row_bytes : int64_t{0}; },
           e.q_len - row0, warp, lane);
       mbar_arrive_on_copies(q_full());
-      // This thread's key's V offset in the previous tile, and that tile's rows.
+      // Tiles whose keys all exist come by TMA where launch.cu built the maps: a box per
+      // kv_box keys, issued by the thread of its first key (paged boxes must then start on a
+      // page boundary, and do for every tile when the block's first does), the stage's `full`
+      // also waiting for their bytes. The other tiles, by the warps' cp.async.
+      const int R = p.kv_box;
+      const bool box_ok = R > 0 && (p.cu_k || (e.start + sp.lo) % R == 0);
+      const bool issuer = (t & (R - 1)) == 0;  // R is a power of two (add_kv_maps)
+      // This thread's key's location and V offset in the previous tile, and that tile's rows.
+      KeyLoc v_loc = make_int2(0, 0);
       int64_t v_off = 0;
       int v_rows = 0;
       for (int j = 0; sp.ntiles > 0 && j <= sp.ntiles; ++j, ++it) {
         const int s = it % S;
         const int key = sp.lo + j * N + t;  // this thread's key
         const int nvalid = j < sp.ntiles ? sp.end - (sp.lo + j * N) : 0;
-        const KeyBytes kb =
-            key < sp.end ? key_bytes(walk.locate(ent, key), p.k_sp, p.k_so, p.v_sp, p.v_so, 2)
-                         : make_longlong2(0, 0);  // zero-filled; offset 0 keeps the address valid
+        const bool tma_k = box_ok && nvalid >= N, tma_v = box_ok && v_rows >= N;
+        const KeyLoc loc = key < sp.end ? walk.locate(ent, key) : make_int2(0, 0);
+        const KeyBytes kb = key < sp.end && !tma_k
+                                ? key_bytes(loc, p.k_sp, p.k_so, p.v_sp, p.v_so, 2)
+                                : make_longlong2(0, 0);  // zero-filled; offset 0 keeps it valid
         // The next tile's entry now, so its latency overlaps this tile's wait and copies.
         ent = j + 1 < sp.ntiles && key + N < sp.end ? walk.read(key + N) : 0;
         mbar_wait(empty(s), ((it / S) & 1) ^ 1);
+        if (issuer && (tma_k || tma_v)) {
+          // Boxes at (column, head, offset in page, page); a ragged key's location is (row, 0).
+          mbar_expect_tx(full(s), (tma_k ? R * D * 2 : 0) + (tma_v ? R * DV * 2 : 0));
+          if (tma_k)
+#pragma unroll
+            for (int b = 0; b < CK / 8; ++b)
+              tma_load_4d(k_stage(s) + b * N * 128 + t * 128, p.k_map, b * 64, g, loc.y, loc.x,
+                          full(s));
+          if (tma_v)
+#pragma unroll
+            for (int b = 0; b < CV / 8; ++b)
+              tma_load_4d(v_stage(s) + b * N * 128 + t * 128, p.v_map, b * 64, g, v_loc.y,
+                          v_loc.x, full(s));
+        }
         // This warp's keys' offsets, shuffled from the lanes that located them.
-        if (j < sp.ntiles)
+        if (j < sp.ntiles && !tma_k)
           copy_rows_sw128<CK, N>(
               k_stage(s), kbase, [&](int r) { return __shfl_sync(~0u, kb.x, r); }, nvalid, warp,
               lane);
-        if (j > 0)
+        if (j > 0 && !tma_v)
           copy_rows_sw128<CV, N>(
               v_stage(s), vbase, [&](int r) { return __shfl_sync(~0u, v_off, r); }, v_rows, warp,
               lane);
         mbar_arrive_on_copies(full(s));
+        v_loc = loc;
         v_off = kb.y;
         v_rows = nvalid;
       }
@@ -351,7 +378,7 @@ struct WgmmaPrefill {
 };
 
 template <typename Cfg, typename T, bool CAP>
-__global__ void __launch_bounds__(Cfg::THREADS, 1) prefill_wgmma_kernel(const PrefillParams p) {
+__global__ void __launch_bounds__(Cfg::THREADS, 1) prefill_wgmma_kernel(const __grid_constant__ PrefillParams p) {
 #ifdef FLASHBACK_WGMMA
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = reinterpret_cast<unsigned char*>(
