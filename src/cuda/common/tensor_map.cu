@@ -1,8 +1,8 @@
 // Host side of tensor_map.h: cuTensorMapEncodeTiled, found through the runtime's driver entry
 // point (no link against the driver library).
 #include <cuda.h>
-#include <cuda_runtime.h>
 #include <cudaTypedefs.h>
+#include <cuda_runtime.h>
 
 #include <cstring>
 

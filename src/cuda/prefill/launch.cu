@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "cuda/common/check.cuh"
-#include "cuda/common/tensor_map.h"
 #include "cuda/common/dtype.cuh"
+#include "cuda/common/tensor_map.h"
 #include "cuda/device_facts.h"
 #include "cuda/env.h"
 #include "cuda/prefill/make_params.h"
@@ -113,8 +113,8 @@ void add_kv_maps(PrefillParams& p, int d, int dv, int tile_keys) {
   const bool ragged = p.cu_k != nullptr;
   const int ps = p.page_size;
   const int box = ragged ? tile_keys : std::min(ps, tile_keys);
-  if (!ragged && (p.table_holds_slots || ps % 8 != 0 ||
-                  (tile_keys % ps != 0 && ps % tile_keys != 0)))
+  if (!ragged &&
+      (p.table_holds_slots || ps % 8 != 0 || (tile_keys % ps != 0 && ps % tile_keys != 0)))
     return;
   const int64_t hk = p.heads_q / p.group;
   const auto map = [&](TensorMap& m, const void* base, int cols, int64_t outer, int64_t sh,

@@ -7,18 +7,18 @@
 // TMA, a box per page (or per tile of ragged keys) issued by the thread of its first key, and
 // any other tile by the warps' cp.async in 128-byte pieces, both into the 128-byte-swizzled
 // layout wgmma reads (cuda/common/wgmma.cuh), STAGES deep; the copies complete on the stage's
-// `full` mbarrier (cp.async by arrivals, TMA by bytes). Warpgroups 0 and 1 consume 64 query rows each: S = Q K^T (both operands in shared
-// memory), the online softmax in registers (softmax.cuh, as the mma.sync kernel), O += P V with
-// P straight from the S registers as the A operand. A consumer issues S of tile j together with
-// P V of tile j - 1 and runs tile j's softmax while P V does, so a stage holds what one such
-// step reads: K of tile j and V of tile j - 1 (a block of n tiles takes n + 1 stages, the first
-// with K only, the last with V only), and it is freed on its `empty` mbarrier after the step.
-// A consumer thus holds one stage at a time, and two stages (all 192/128 has room for) give
-// the producer a step of lead. The two consumers are not in lockstep either, so one's softmax
-// also overlaps the other's MMAs. Where the grid is large enough (launch.cu,
-// wgmma_grid_x) each CTA takes two query blocks, a long and a short one (block_at), so the
-// second block's tiles stream in while the first block finishes.
-// Registers move from the producer to the consumers with setmaxnreg.
+// `full` mbarrier (cp.async by arrivals, TMA by bytes). Warpgroups 0 and 1 consume 64 query rows
+// each: S = Q K^T (both operands in shared memory), the online softmax in registers (softmax.cuh,
+// as the mma.sync kernel), O += P V with P straight from the S registers as the A operand. A
+// consumer issues S of tile j together with P V of tile j - 1 and runs tile j's softmax while P V
+// does, so a stage holds what one such step reads: K of tile j and V of tile j - 1 (a block of n
+// tiles takes n + 1 stages, the first with K only, the last with V only), and it is freed on its
+// `empty` mbarrier after the step. A consumer thus holds one stage at a time, and two stages (all
+// 192/128 has room for) give the producer a step of lead. The two consumers are not in lockstep
+// either, so one's softmax also overlaps the other's MMAs. Where the grid is large enough
+// (launch.cu, wgmma_grid_x) each CTA takes two query blocks, a long and a short one (block_at), so
+// the second block's tiles stream in while the first block finishes. Registers move from the
+// producer to the consumers with setmaxnreg.
 //
 // Built only for (D, 128) with D a multiple of 64 up to 192 (128/128 and the MLA chunked-prefix
 // 192/128 of the workloads); the mma.sync kernel serves every other case, fp8 caches included.
@@ -254,8 +254,8 @@ struct WgmmaPrefill {
           if (tma_v)
 #pragma unroll
             for (int b = 0; b < CV / 8; ++b)
-              tma_load_4d(v_stage(s) + b * N * 128 + t * 128, p.v_map, b * 64, g, v_loc.y,
-                          v_loc.x, full(s));
+              tma_load_4d(v_stage(s) + b * N * 128 + t * 128, p.v_map, b * 64, g, v_loc.y, v_loc.x,
+                          full(s));
         }
         // This warp's keys' offsets, shuffled from the lanes that located them.
         if (j < sp.ntiles && !tma_k)
@@ -378,7 +378,8 @@ struct WgmmaPrefill {
 };
 
 template <typename Cfg, typename T, bool CAP>
-__global__ void __launch_bounds__(Cfg::THREADS, 1) prefill_wgmma_kernel(const __grid_constant__ PrefillParams p) {
+__global__ void __launch_bounds__(Cfg::THREADS, 1)
+    prefill_wgmma_kernel(const __grid_constant__ PrefillParams p) {
 #ifdef FLASHBACK_WGMMA
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = reinterpret_cast<unsigned char*>(
