@@ -55,6 +55,15 @@ __device__ __forceinline__ void named_barrier_sync() {
   asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "n"(THREADS) : "memory");
 }
 
+/// The same with the barrier chosen at run time (per warpgroup), and its arrive-only half: the
+/// threads that arrive go on, those that sync wait until `threads` have come in all.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 /// Register hand-over between warpgroups (sm_90a; needs a register cap at kernel entry, i.e.
 /// __launch_bounds__(threads, 1)). Each warpgroup's role must be one branch of an if/else.
 template <int REGS>

@@ -85,6 +85,12 @@ bool wgmma_available() {
   return !forced_mma && device_facts().sm90a;
 }
 
+bool wgmma_pingpong() {
+  // FLASHBACK_PREFILL_PINGPONG=0: the consumers issue their MMAs whenever they are ready.
+  static const bool off = env_value("FLASHBACK_PREFILL_PINGPONG") == "0";
+  return !off;
+}
+
 int wgmma_grid_x(const PrefillParams& p) {
   // Two query blocks per CTA (wgmma_kernel.cuh, block_at): the second block's K/V tiles stream
   // in while the consumers finish the first. Only where the halved grid still covers every SM

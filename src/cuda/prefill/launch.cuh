@@ -33,6 +33,8 @@ void launch_kv(const PrefillParams& p, KvKind kv, cudaStream_t stream) {
 /// True when this library holds sm_90a code and the current device runs it (compute capability
 /// 9.0), unless the environment sets FLASHBACK_PREFILL_KERNEL=mma (launch.cu).
 bool wgmma_available();
+/// Whether the Hopper kernel's consumers take turns issuing their MMAs (launch.cu).
+bool wgmma_pingpong();
 /// CTAs along the query blocks for the Hopper kernel (launch.cu).
 int wgmma_grid_x(const PrefillParams& p);
 
@@ -51,6 +53,7 @@ void launch_wgmma(const PrefillParams& p_in, cudaStream_t stream) {
   using Cfg = WgmmaConfig<D, DV>;
   PrefillParams p = p_in;
   add_kv_maps(p, D, DV, Cfg::N);
+  p.pingpong = wgmma_pingpong();
   const dim3 grid(wgmma_grid_x(p), p.heads_q, p.batch);
   if (p.softcap > 0.f)
     launch_with_smem(prefill_wgmma_kernel<Cfg, T, true>, grid, Cfg::THREADS, Cfg::SMEM_BYTES,

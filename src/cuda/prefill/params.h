@@ -48,6 +48,7 @@ struct PrefillParams {
   // no map could be built (launch.cu, add_kv_maps).
   TensorMap k_map, v_map;
   int kv_box = 0;
+  bool pingpong = false;  // Hopper kernel: the consumers take turns issuing their MMAs
 
   int batch = 0, heads_q = 0, group = 1, page_size = 1;
   int m_blocks = 1;  // query blocks of the longest entry (a hint; longer entries loop)

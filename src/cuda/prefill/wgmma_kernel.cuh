@@ -284,6 +284,18 @@ struct WgmmaPrefill {
     lm.mul = sk * kLog2e;
     lm.in = CAP ? sk / p.softcap : 0.f;
     lm.out = CAP ? p.softcap * kLog2e : 0.f;
+    // FlashAttention-3's pingpong: the two consumers take turns issuing a step's MMAs (named
+    // barrier 1 + wg is this warpgroup's turn, which the other one's arrival grants after
+    // issuing its own), so one's softmax runs while the other's MMAs do. Warpgroup 0 goes
+    // first; it takes warpgroup 1's last grant after the loop so that no arrival is left over.
+    const bool pp = p.pingpong;
+    auto turn = [&] {
+      if (pp) named_barrier_sync(1 + wg, 256);
+    };
+    auto pass = [&] {
+      if (pp) named_barrier_arrive(2 - wg, 256);
+    };
+    if (pp && wg == 1) named_barrier_arrive(1, 256);
     int it = 0;
     for (int blk = 0, mb; (mb = block_at(e, blk)) >= 0; ++blk) {
       const int row0 = mb * BM;
@@ -321,6 +333,8 @@ struct WgmmaPrefill {
         for (int j = 0; sp.ntiles > 0 && j <= sp.ntiles; ++j, ++it) {
           const int s = it % S;
           mbar_wait(full(s), (it / S) & 1);
+          turn();  // no MMAs, but the turns stay in step
+          pass();
           mbar_arrive(empty(s));
         }
       } else if (sp.ntiles > 0) {
@@ -338,7 +352,9 @@ struct WgmmaPrefill {
           const int s = it % S;
           mbar_wait(full(s), (it / S) & 1);
           fence_proxy_async_smem();
+          turn();
           issue_s(sq_addr, s, sacc);
+          pass();
           wgmma_wait<0>();
           reg_fence(sacc[0]);
           mbar_arrive(empty(s));
@@ -351,8 +367,10 @@ struct WgmmaPrefill {
           const int s = it % S;
           mbar_wait(full(s), (it / S) & 1);
           fence_proxy_async_smem();
+          turn();
           issue_s(sq_addr, s, sacc);
           issue_pv(s, acc, pa);
+          pass();
           wgmma_wait<1>();
           reg_fence(sacc[0]);
           done_with_q(j);
@@ -365,7 +383,9 @@ struct WgmmaPrefill {
           const int s = it % S;
           mbar_wait(full(s), (it / S) & 1);
           fence_proxy_async_smem();
+          turn();
           issue_pv(s, acc, pa);
+          pass();
           wait_all(acc, pa);
           mbar_arrive(empty(s));
           ++it;
@@ -374,6 +394,7 @@ struct WgmmaPrefill {
       if (q_held) mbar_arrive(q_empty());
       if (rw.live) store_rows<T, 1, DV>(p, e, h, rw.first + warp * 16, acc, m_run, l_run, lane);
     }
+    if (pp && wg == 0) named_barrier_sync(1, 256);
   }
 };
 
