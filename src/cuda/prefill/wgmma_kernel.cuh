@@ -14,8 +14,9 @@
 // does, so a stage holds what one such step reads: K of tile j and V of tile j - 1 (a block of n
 // tiles takes n + 1 stages, the first with K only, the last with V only), and it is freed on its
 // `empty` mbarrier after the step. A consumer thus holds one stage at a time, and two stages (all
-// 192/128 has room for) give the producer a step of lead. The two consumers are not in lockstep
-// either, so one's softmax also overlaps the other's MMAs. Where the grid is large enough
+// 192/128 has room for) give the producer a step of lead. The two consumers take turns issuing
+// a step's MMAs (FlashAttention-3's pingpong), so one's softmax overlaps the other's MMAs. Where
+// the grid is large enough
 // (launch.cu, wgmma_grid_x) each CTA takes two query blocks, a long and a short one (block_at), so
 // the second block's tiles stream in while the first block finishes. Registers move from the
 // producer to the consumers with setmaxnreg.
@@ -26,9 +27,9 @@
 // What set the pace (docs/PERFORMANCE_GPU.md, session 4): the producer. Copying with ~24
 // instructions of index and swizzle arithmetic per 16 bytes, it could not fill stages as fast as
 // the consumers drained them (ncu: consumers spinning on `full`, the producer never waiting on
-// `empty`); at ~5 instructions per copy prefill_1x16k went from 412 to 502 TFLOP/s. Tried and
-// slower in session 3, while the producer was still the limit: a persistent grid with separate K
-// and V rings and FlashAttention-3's pingpong between the consumers (330-340 TFLOP/s).
+// `empty`); at ~5 instructions per copy prefill_1x16k went from 412 to 502 TFLOP/s, and whole
+// tiles by TMA (session 10) took another 3-5 %. The pingpong, slower in session 3 while the
+// producer was still the limit, gained 1-2 % on the short and 192/128 shapes after TMA.
 #pragma once
 
 #include <cuda_runtime.h>
