@@ -267,7 +267,7 @@ struct MlaWgmma {
       for (int i = 0; i < 2; ++i) {
         const int r = r0 + 8 * i;
         m_new[i] = fmaxf(m_run[i], fmaxf(ld_f32(red(0, r)), ld_f32(red(1, r))));
-        keep = keep && m_new[i] - m_run[i] <= kLazyRescaleLog2;  // false while m_run is -inf
+        keep = keep && lazy_keeps(m_new[i], m_run[i]);  // false while m_run is -inf
       }
       if (__all_sync(~0u, keep)) {
 #pragma unroll

@@ -289,7 +289,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS) decode_wk_kernel(cons
         mx[i] = fmaxf(m_run[i], mx[i]);  // the new running max
         // A row that has seen no key (a padding row) keeps its -inf; one seeing its first key
         // (x - -inf = +inf) does not.
-        keep = keep && (mx[i] == -INFINITY || mx[i] - m_run[i] <= kLazyRescaleLog2);
+        keep = keep && (mx[i] == -INFINITY || lazy_keeps(mx[i], m_run[i]));
       }
       if (!__all_sync(0xffffffffu, keep)) {
 #pragma unroll

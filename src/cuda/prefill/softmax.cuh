@@ -101,7 +101,7 @@ __device__ __forceinline__ void softmax_probs(float (&s)[MT][N / 8][4], float (&
     if constexpr (RAW) mx[ri] *= lm.mul;
     mx[ri] = fmaxf(m_run[ri], mx[ri]);  // the new running max
     // False for a row that has seen no key (-inf - -inf is NaN, x - -inf is +inf).
-    if constexpr (LAZY) keep = keep && mx[ri] - m_run[ri] <= kLazyRescaleLog2;
+    if constexpr (LAZY) keep = keep && lazy_keeps(mx[ri], m_run[ri]);
   }
   if constexpr (LAZY) keep = __all_sync(0xffffffffu, keep);
   if (keep) {
@@ -133,10 +133,16 @@ __device__ __forceinline__ void softmax_probs(float (&s)[MT][N / 8][4], float (&
       }
 }
 
-/// O rows times the factors softmax_probs returned (2 rows per m-tile per thread).
+/// O rows times the factors softmax_probs returned (2 rows per m-tile per thread); skipped when
+/// they are exactly 1 for every row of the warp (the lazy softmax kept every max; a
+/// warp-uniform branch, so the whole warp calls it).
 template <int MT, int DV>
 __device__ __forceinline__ void rescale_rows(float (&acc)[MT][DV / 8][4],
                                              const float (&alpha)[2 * MT]) {
+  bool any = false;
+#pragma unroll
+  for (int ri = 0; ri < 2 * MT; ++ri) any = any || alpha[ri] != 1.f;
+  if (!__any_sync(0xffffffffu, any)) return;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -149,7 +155,7 @@ __device__ __forceinline__ void rescale_rows(float (&acc)[MT][DV / 8][4],
 }
 
 /// softmax_probs (lazy), then the O rescale at once (the mma.sync kernel, whose MMAs are
-/// synchronous), skipped when alpha is exactly 1 for every row of the warp.
+/// synchronous).
 template <int MT, int N, int DV, bool MASK, bool CAP>
 __device__ __forceinline__ void online_softmax(float (&s)[MT][N / 8][4], float (&m_run)[2 * MT],
                                                float (&l_run)[2 * MT], float (&acc)[MT][DV / 8][4],
@@ -157,10 +163,7 @@ __device__ __forceinline__ void online_softmax(float (&s)[MT][N / 8][4], float (
                                                const LogitMap& lm) {
   float alpha[2 * MT];
   softmax_probs<MT, N, MASK, CAP, true>(s, m_run, l_run, alpha, rr, t0, lane, lm);
-  bool any = false;
-#pragma unroll
-  for (int ri = 0; ri < 2 * MT; ++ri) any = any || alpha[ri] != 1.f;
-  if (__any_sync(0xffffffffu, any)) rescale_rows<MT, DV>(acc, alpha);
+  rescale_rows<MT, DV>(acc, alpha);
 }
 
 }  // namespace flashback::cuda::prefill

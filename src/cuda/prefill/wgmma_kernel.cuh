@@ -181,8 +181,7 @@ struct WgmmaPrefill {
   static __device__ __forceinline__ void to_p(const float (&alpha)[2], float (&acc)[1][DV / 8][4],
                                               const float (&sacc)[1][N / 8][4],
                                               uint32_t (&pa)[N / 16][4]) {
-    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f))
-      rescale_rows<1, DV>(acc, alpha);
+    rescale_rows<1, DV>(acc, alpha);
 #pragma unroll
     for (int kk = 0; kk < N / 16; ++kk) {
       pa[kk][0] = pack2<T>(sacc[0][2 * kk][0], sacc[0][2 * kk][1]);
