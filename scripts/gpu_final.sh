@@ -4,6 +4,10 @@
 # same run (bench/compare.py run). Short table last; logs under $OUT.
 #   stage (build machine):  bash scripts/gpu_final.sh stage BUILD_DIR   -> build/gpupkg/pkg.tar.xz
 #   run (GPU machine):      bash scripts/gpu_final.sh run               (carry ["build/gpupkg"])
+#   SKIP_ALT=1 leaves out the prefill tests on the mma.sync kernel and with forced pairs;
+#   SKIP_MODES=1 the MLA-on-mma.sync and deterministic-mode benchmarks (a shorter call);
+#   PART=tests runs only the tests and sanitizers, PART=bench only the measurements (two calls
+#   when one would outlast the device tool's 600 s limit).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-run}
@@ -37,6 +41,7 @@ step() {  # name, timeout, command...
   summary+=("$(printf '%-28s rc=%-3s %4ss  %s' $name $rc $((SECONDS - t0)) "$(grep -E '^\[  (PASSED|FAILED)  \]|ERROR SUMMARY' $LOGS/$name.log | tr '\n' ' ')")")
   echo "${summary[-1]}"; grep -E '^\[  FAILED  \]' $LOGS/$name.log | head -12
 }
+if [[ ${PART:-all} != bench ]]; then  # the tests and sanitizers
 for t in $TESTS; do step $t 180 $BIN/$t; done
 # The MLA tests again on kernel.cuh, which the Hopper MLA kernel (mla_wgmma.cuh) otherwise takes.
 step cuda_test_decode_mla_mma 120 env FLASHBACK_DECODE_KERNEL=mma $BIN/cuda_test_decode \
@@ -81,6 +86,12 @@ step racecheck_decode_variants 90 compute-sanitizer --tool racecheck --error-exi
   --gtest_filter='CudaDecode.Variants'
 step racecheck_mla 60 compute-sanitizer --tool racecheck --error-exitcode 9 $BIN/cuda_test_decode \
   --gtest_filter='CudaDecode.MlaAbsorbed'
+# The Hopper prefill kernel's consumer pingpong (named barriers 1 and 2) and TMA stages: the
+# 192/128 ring that wraps, and every TMA box form.
+step racecheck_prefill 90 compute-sanitizer --tool racecheck --error-exitcode 9 $BIN/cuda_test_prefill \
+  --gtest_filter='CudaRagged.MlaChunkedPrefixShapes:CudaPrefill.TmaBoxPageSizes'
+fi
+if [[ ${PART:-all} != tests ]]; then  # the measurements
 if [[ -n ${NCU:-} ]]; then  # one launch of each hot kernel under Nsight Compute (clocks untouched)
   for w in ${NCU_WORKLOADS:-decode_b64_L8k prefill_8x2k}; do
     step ncu_$w 60 ncu --clock-control none --launch-skip 3 --launch-count 1 \
@@ -103,6 +114,7 @@ if [[ -z ${SKIP_ALT:-} ]]; then
     --json $OUT/bench/prefill_mma.json
   tail -6 $LOGS/bench_prefill_mma.log
 fi
+if [[ -z ${SKIP_MODES:-} ]]; then  # SKIP_MODES=1: without the two mode benchmarks below
 # MLA decode on kernel.cuh (mma.sync), against the Hopper kernel of the main table.
 step bench_mla_mma 60 env FLASHBACK_DECODE_KERNEL=mma $BIN/flashback bench --device cuda \
   --workloads $BIN/workloads.json --only mla_decode_b64_L4k_h128,mla_decode_b128_L4k_h16 \
@@ -112,6 +124,8 @@ tail -4 $LOGS/bench_mla_mma.log
 step bench_deterministic 60 $BIN/flashback bench --device cuda --workloads $BIN/workloads.json \
   --deterministic --only decode_b64_L8k,decode_b1_L128k,verify_b64_q4_L4k,mla_decode_b64_L4k_h128,mla_decode_b128_L4k_h16 --json $OUT/bench/deterministic.json
 cat $LOGS/bench_deterministic.log | tail -10
+fi
+fi
 echo; echo "== bench table"; cat $OUT/bench/*.md 2>/dev/null | head -40
 echo; echo "== summary"; printf '%s\n' "${summary[@]}" | tee $OUT/summary.txt
 tar czf $OUT/logs.tgz -C $LOGS . && rm -rf $LOGS

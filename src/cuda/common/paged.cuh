@@ -233,7 +233,13 @@ struct KvPipeline {
       publish(p, STAGES - 1, ahead);
     }
   }
+  /// Iteration j: this thread's copies of tile j have landed (the barrier, sync(), follows).
+  __device__ __forceinline__ void wait(int) const { cp_async_wait<STAGES - 2>(); }
   /// Iteration j, after its barrier: copy tile j + STAGES - 1, read tile j + STAGES's entry.
+  template <typename P>
+  __device__ __forceinline__ void advance(const P&, int j) {
+    advance(j);
+  }
   __device__ __forceinline__ void advance(int j) {
     if (j + STAGES - 1 < ntiles) copy(j + STAGES - 1);
     cp_async_commit();

@@ -177,6 +177,8 @@ struct DecodeWkConfig {
   static_assert(SMEM_BYTES + L.static_bytes <= decode_smem_per_cta(CTAS),
                 "shared memory exceeds the CTA's share");
   static_assert(MERGE_BYTES <= STAGES * STAGE_BYTES, "merge scratch must fit in the stages");
+  static_assert(WARPS * STAGES * 8 <= LOC_BYTES,
+                "the bulk-copy pipeline's barriers (one per warp and stage) fit the offset buffer");
 };
 
 }  // namespace flashback::cuda

@@ -19,6 +19,7 @@
 #include <type_traits>
 
 #include "cuda/common/dtype.cuh"
+#include "cuda/common/key_rows.cuh"
 #include "cuda/common/log2.cuh"
 #include "cuda/common/mma.cuh"
 #include "cuda/common/paged.cuh"
@@ -145,12 +146,25 @@ __device__ __forceinline__ void pv_fp8(float (&acc)[Cfg::DV / 8][4], const uint3
   }
 }
 
+// A config's K/V pipeline, per-warp either way: on sm_90 and later, for rows of at least 512
+// bytes (head dim 256 bf16/fp16), the owner lane of each key issues its K and V rows as two bulk
+// copies (common/key_rows.cuh); otherwise the warp issues its keys' 16-byte cp.async chunks
+// (common/paged.cuh), which is faster for short rows on the H200. Same stage layout; the bulk
+// form's barriers take the start of the key-offset buffer, which it does not use.
+template <typename Cfg>
+using Pipeline = std::conditional_t<
+    FLASHBACK_HAS_BULK_COPY && use_key_rows(Cfg::D* Cfg::EB, Cfg::DV* Cfg::EB),
+    KeyRowPipeline<Cfg::N, Cfg::D * Cfg::EB, Cfg::DV * Cfg::EB, Cfg::KRAW, Cfg::VRAW, Cfg::STAGES,
+                   Cfg::STAGE_BYTES, Cfg::EB, Cfg::KW>,
+    KvPipeline<Cfg::N, Cfg::D * Cfg::EB / 16, Cfg::DV * Cfg::EB / 16, Cfg::KRAW, Cfg::VRAW,
+               Cfg::THREADS, Cfg::STAGES, Cfg::STAGE_BYTES, Cfg::EB, Cfg::KW>>;
+
 }  // namespace wk
 
 template <typename Cfg, typename T, KvKind KV>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS) decode_wk_kernel(const DecodeParams p) {
   constexpr int D = Cfg::D, DV = Cfg::DV, N = Cfg::N, KW = Cfg::KW, ROWS = Cfg::ROWS;
-  constexpr int WARPS = Cfg::WARPS, THREADS = Cfg::THREADS, STAGES = Cfg::STAGES, EB = Cfg::EB;
+  constexpr int WARPS = Cfg::WARPS, THREADS = Cfg::THREADS, STAGES = Cfg::STAGES;
   constexpr int QP = Cfg::QP, KP = Cfg::KP, VP = Cfg::VP;
   constexpr bool FP8 = Cfg::FP8;
   static_assert(FP8 == (KV != KvKind::kSame), "config and KV kind disagree");
@@ -180,9 +194,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS) decode_wk_kernel(cons
   // CTA-wide -> per-warp: window_b32_L32k_w4k 0.338 -> 0.318 ms, softcap_b32_L8k_hd256 0.719 ->
   // 0.683, decode_fp8_b64_L8k 0.486 -> 0.467; it was last ahead, 0.529 against 0.538 ms, for
   // bf16 decode_b64_L8k at three CTAs x two stages, a layout config.h no longer picks.)
-  KvPipeline<N, D * EB / 16, DV * EB / 16, Cfg::KRAW, Cfg::VRAW, THREADS, STAGES, Cfg::STAGE_BYTES,
-             EB, KW>
-      kv;
+  wk::Pipeline<Cfg> kv;
   bind_kv(kv, p, e, sLoc, sStage);
 
   // This thread's two rows (lane / 4 and lane / 4 + 8 of the block) and their key ranges.
@@ -212,9 +224,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS) decode_wk_kernel(cons
   kv.prologue(p);
   __syncthreads();  // q's rows, written by every warp, before any warp's first S
   for (int j = 0; j < kv.ntiles; ++j) {
-    cp_async_wait<STAGES - 2>();
+    kv.wait(j);
     kv.sync();
-    kv.advance(j);
+    kv.advance(p, j);
     const int t0 = kv.first + j * N + warp * KW;  // this warp's first key
     if (t0 < e.end) {
       const unsigned char* stage = kv.stage(j);
@@ -340,8 +352,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS) decode_wk_kernel(cons
     }
     kv.retire(p, j);
   }
-  cp_async_wait<0>();
-  __syncthreads();  // the stages become the merge scratch
+  cp_async_wait<0>();  // (bulk copies: every tile issued was waited for in the loop)
+  __syncthreads();     // the stages become the merge scratch
 
   // Merge the four warps' states: row max M, sum L = sum_w l_w 2^(m_w - M), O = sum_w O_w 2^(m_w -
   // M).
