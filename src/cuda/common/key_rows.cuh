@@ -29,47 +29,13 @@
 
 #include "cuda/common/mbarrier.cuh"
 #include "cuda/common/paged.cuh"
+#include "cuda/common/tma.cuh"
 
 namespace flashback::cuda {
 
 /// Whether rows of `k_bytes` (K) and `v_bytes` (V) go by bulk copy (see above) where the device
 /// code has it.
 constexpr bool use_key_rows(int k_bytes, int v_bytes) { return k_bytes >= 512 && v_bytes >= 512; }
-
-/// Whether this build of a kernel has the bulk copy engine (sm_90 and later device code).
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define FLASHBACK_HAS_BULK_COPY 1
-#else
-#define FLASHBACK_HAS_BULK_COPY 0
-#endif
-
-/// Arrives on `bar` and adds `bytes` to the transaction count its current phase waits for.
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-#if FLASHBACK_HAS_BULK_COPY
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-               : "memory");
-#endif
-}
-
-/// Makes this thread's mbarrier initialisations visible to the async proxy (the copy engine).
-__device__ __forceinline__ void fence_mbar_init() {
-#if FLASHBACK_HAS_BULK_COPY
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-#endif
-}
-
-/// Copies `bytes` (a multiple of 16; both addresses 16-byte aligned) from global `src` to shared
-/// `dst`, completing them on `bar`'s transaction count.
-__device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void* src, uint32_t bytes,
-                                              uint32_t bar) {
-#if FLASHBACK_HAS_BULK_COPY
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
-          "r"(dst),
-      "l"(src), "r"(bytes), "r"(bar)
-      : "memory");
-#endif
-}
 
 /// STAGES shared-memory stages of N keys over keys [first, end); warp w owns keys [w NW, w NW +
 /// NW) of every tile and lane l < NW of it owns key w NW + l: it reads the key's table entry one
@@ -84,7 +50,6 @@ struct KeyRowPipeline {
   static_assert(NW >= 1 && NW <= 32 && N % NW == 0, "every warp owns NW <= 32 keys of a tile");
   static_assert(KB % 16 == 0 && VB % 16 == 0 && KRAW % 16 == 0 && VRAW % 16 == 0,
                 "bulk copies move whole 16-byte aligned rows");
-  static constexpr int kBarrierBytes = (N / NW) * STAGES * 8;  // shared bytes for the barriers
 
   PageWalk walk;
   uint32_t bars = 0;                                       // this warp's first barrier
@@ -99,7 +64,7 @@ struct KeyRowPipeline {
   }
   static __device__ __forceinline__ bool owns() { return lane() < NW; }
 
-  /// Shared buffers (`bar_buf`: kBarrierBytes, 8-byte aligned), and the caches at KV head g
+  /// Shared buffers (`bar_buf`: an 8-byte mbarrier per warp and stage), and the caches at KV head g
   /// (head strides in elements). Initialises this warp's barriers (lane 0), then __syncwarp.
   __device__ __forceinline__ void bind(void* bar_buf, unsigned char* stage_buf, const void* k,
                                        int64_t k_sh, const void* v, int64_t v_sh, int g) {

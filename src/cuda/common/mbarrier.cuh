@@ -41,6 +41,13 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   }
 }
 
+/// Makes this thread's mbarrier initialisations visible to the async proxy (the copy engine).
+__device__ __forceinline__ void fence_mbar_init() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
+
 /// Orders this thread's view of shared memory (written through the generic proxy: st.shared,
 /// cp.async) before its following async-proxy reads (wgmma operands).
 __device__ __forceinline__ void fence_proxy_async_smem() {
