@@ -111,23 +111,49 @@ __device__ __forceinline__ void copy_tile(unsigned char* dst0, const KeyBytes* a
   }
 }
 
+// Lanes that share one key row in each copy instruction of copy_keys_warp (FLASHBACK_WK_LPK
+// overrides it, for A/B builds): the largest of 8, 4, 2, 1 dividing both rows' chunk counts. On
+// the H200 (docs/PERFORMANCE_GPU.md, session 12) the copies want few lines per instruction: 2
+// lanes per key (16 lines) made bf16 decode 1.5x slower, 4 lanes (8 lines) ~1.09x, 16 lanes
+// (2 rows of 256 bytes, 8 offsets per lane) ~1.007x, against 8 (4 lines).
+#ifndef FLASHBACK_WK_LPK
+#define FLASHBACK_WK_LPK 8
+#endif
+constexpr int lanes_per_key(int ck, int cv) {
+  int l = FLASHBACK_WK_LPK;
+  while (l > 1 && (ck % l != 0 || cv % l != 0)) l /= 2;
+  return l;
+}
+
 /// Issues the 16-byte copies of NW keys (one warp's): K rows of CK chunks to k_dst (pitch KRAW),
-/// V rows of CV chunks to v_dst (pitch VRAW), key i located by at[i]. Consecutive lanes take
-/// consecutive chunks of a key, so each copy instruction is coalesced.
+/// V rows of CV chunks to v_dst (pitch VRAW), key i located by at[i]. LPK lanes share a key:
+/// each copy instruction moves LPK contiguous chunks of each of 32 / LPK rows, so it stays
+/// coalesced, and a lane reads each of its NW LPK / 32 keys' offsets once, then issues all of
+/// that key's chunks at constant offsets from two addresses. (The first form spread one key over
+/// all 32 lanes per instruction: one shared load, a 64-bit add and a predicate per chunk, about
+/// ten instructions per 16 bytes.) A key past the range (offset < 0) reads nothing: src-size 0
+/// zero-fills its chunks, from the head's base address.
 template <int NW, int CK, int CV, int KRAW, int VRAW>
 __device__ __forceinline__ void copy_keys_warp(unsigned char* k_dst, unsigned char* v_dst,
                                                const KeyBytes* at, const unsigned char* kbase,
                                                const unsigned char* vbase, int lane) {
-  constexpr int C = CK + CV;
-  static_assert((NW * C) % 32 == 0, "whole rounds of copies per lane");
+  constexpr int LPK = lanes_per_key(CK, CV), KPI = 32 / LPK;  // lanes per key, keys per copy
+  static_assert(NW % KPI == 0, "whole rounds of keys per lane");
+  const int c = lane % LPK;
 #pragma unroll
-  for (int it = 0; it < NW * C / 32; ++it) {
-    const int c = lane + 32 * it, key = c / C, ch = c % C;
-    const bool is_k = ch < CK;
-    const int64_t off = is_k ? at[key].x : at[key].y;
-    unsigned char* dst = is_k ? k_dst + key * KRAW + ch * 16 : v_dst + key * VRAW + (ch - CK) * 16;
-    const unsigned char* src = is_k ? kbase + ch * 16 : vbase + (ch - CK) * 16;
-    cp_async16_or_zero(dst, src + off, off >= 0);
+  for (int m = 0; m < NW / KPI; ++m) {
+    const int key = lane / LPK + m * KPI;
+    const KeyBytes off = at[key];
+    const bool live = off.x >= 0;
+    const int bytes = live ? 16 : 0;
+    const unsigned char* ks = kbase + (live ? off.x : 0) + c * 16;
+    const unsigned char* vs = vbase + (live ? off.y : 0) + c * 16;
+    const uint32_t kd = smem_addr(k_dst + key * KRAW + c * 16);
+    const uint32_t vd = smem_addr(v_dst + key * VRAW + c * 16);
+#pragma unroll
+    for (int i = 0; i < CK / LPK; ++i) cp_async16(kd + i * LPK * 16, ks + i * LPK * 16, bytes);
+#pragma unroll
+    for (int i = 0; i < CV / LPK; ++i) cp_async16(vd + i * LPK * 16, vs + i * LPK * 16, bytes);
   }
 }
 
