@@ -153,6 +153,9 @@ Resolved resolve(const PagedAttentionParams& p, const detail::PagedShape& s, con
   // (e.g. 101376, sm_86/89's): the shapes a smaller GPU sends to kernel.cuh, tested on this one.
   static const int smem_cap = std::atoi(env_value("FLASHBACK_DECODE_SMEM_BLOCK").c_str());
   r.dp.smem_block = smem_cap > 0 ? std::min(smem_cap, facts.smem_block) : facts.smem_block;
+  // FLASHBACK_DECODE_NARROW=0 keeps the warps-split-keys kernel's 16-row form for <= 8 rows.
+  static const bool narrow_off = env_value("FLASHBACK_DECODE_NARROW") == "0";
+  r.dp.narrow_ok = !narrow_off;
   const DecodeShape shape =
       decode_shape(s.head_dim, s.head_dim_v, qv, fp8, r.m_tiles, r.dp.hopper_mla, r.dp.smem_block);
   const int resident = shape == DecodeShape::kWarpKeys

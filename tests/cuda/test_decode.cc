@@ -148,6 +148,14 @@ TEST(CudaDecode, Variants) {
       check(c);
     }
     for (const AttentionCase& c : testing::storage_variants(base())) check(c);
+    // Up to 8 rows per CTA run the warps-split-keys kernel narrow (S^T = K Q^T); 12 rows (3
+    // queries x a group of 4) take its 16-row form, with each cache type too.
+    for (AttentionCase c : testing::storage_variants(base())) {
+      c.name += ", verify q3 (16-row form)";
+      c.q_lens.assign(kv.size(), 3);
+      for (int& k : c.kv_lens) k += 3;
+      check(c);
+    }
     {
       // fp8 caches run the tensor cores in fp16: q far outside fp16's range must still work.
       AttentionCase c = base();

@@ -144,6 +144,11 @@ constexpr DecodeShape decode_shape(int d, int dv, bool qv, bool fp8, int m_tiles
   return DecodeShape::kColumns;
 }
 
+/// Whether the warps-split-keys kernel runs narrow (S^T = K Q^T, warp_keys.cuh): every CTA's rows
+/// (max_q queries x a GQA group of q heads) fit the mma's N = 8. FLASHBACK_DECODE_NARROW=0 (read
+/// by dispatch.cu into DecodeParams::narrow_ok, for A/B runs) keeps the 16-row form.
+constexpr bool wk_narrow(int group, int max_q) { return group * max_q <= 8; }
+
 // The warps-split-keys shape (warp_keys.cuh) for up to 16 rows per CTA (decode with GQA groups
 // up to 16, verify with group x tokens <= 16) and v heads up to 256 wide: each of the 4 warps
 // takes 16 keys of every tile and keeps S, P and its O partial (16 x DV fp32) in registers.

@@ -21,13 +21,18 @@ void launch_decode_one(const DecodeParams& p, cudaStream_t stream) {
                    Cfg::SMEM_BYTES, stream, p, "decode_kernel");
 }
 
-// Up to 16 rows and v heads up to 256 wide: the warps-split-keys kernel (warp_keys.cuh).
+// Up to 16 rows and v heads up to 256 wide: the warps-split-keys kernel (warp_keys.cuh), in its
+// narrow form (S^T = K Q^T) when no CTA holds more than 8 rows (queries x heads of a group).
 template <int D, int DV, typename T, KvKind KV>
 void launch_decode_wk(const DecodeParams& p, cudaStream_t stream) {
   using Cfg = DecodeWkConfig<D, DV, KV != KvKind::kSame>;
-  launch_with_smem(decode_wk_kernel<Cfg, T, KV>,
-                   dim3(p.num_splits, p.heads_kv * p.row_blocks, p.batch), Cfg::THREADS,
-                   Cfg::SMEM_BYTES, stream, p, "decode_wk_kernel");
+  const dim3 grid(p.num_splits, p.heads_kv * p.row_blocks, p.batch);
+  if (p.narrow_ok && wk_narrow(p.group, p.max_q))
+    launch_with_smem(decode_wk_kernel<Cfg, T, KV, true>, grid, Cfg::THREADS, Cfg::SMEM_BYTES,
+                     stream, p, "decode_wk_kernel");
+  else
+    launch_with_smem(decode_wk_kernel<Cfg, T, KV, false>, grid, Cfg::THREADS, Cfg::SMEM_BYTES,
+                     stream, p, "decode_wk_kernel");
 }
 
 // MLA absorbed on Hopper (mla_wgmma.cuh); softcap is a kernel variant.

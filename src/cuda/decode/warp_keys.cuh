@@ -146,6 +146,44 @@ __device__ __forceinline__ void pv_fp8(float (&acc)[Cfg::DV / 8][4], const uint3
   }
 }
 
+// O^T += V^T P^T for an fp8 stage (the narrow form, below): the A fragments (16 V columns x 16
+// keys per m-tile) built from the same raw bytes pv_fp8 reads. Row m of m-tile u is V column
+// g (DV / 8) + 2 u + m / 8 for the lane group g that holds it, so each lane still reads DV / 8
+// consecutive bytes of each of its four keys, and one byte permute pairs two keys of a column.
+template <typename Cfg, KvKind KV>
+__device__ __forceinline__ void pv_fp8_narrow(float (&acc)[Cfg::DV / 16][4], uint32_t b0,
+                                              uint32_t b1, const unsigned char* vrows, int lane) {
+  constexpr int DV = Cfg::DV, W = DV / 32;
+  static_assert(DV % 64 == 0, "fp8 V fragments are read 8 columns (two words) at a time");
+  const int g = lane >> 2, c = lane & 3;
+  uint32_t x[4][W];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const int key = 2 * c + (q & 1) + 8 * (q >> 1);
+    const unsigned char* row = vrows + key * Cfg::VRAW + g * (DV / 8);
+#pragma unroll
+    for (int w = 0; w < W; w += 2) {
+      const uint2 v = *reinterpret_cast<const uint2*>(row + 4 * w);
+      x[q][w] = v.x, x[q][w + 1] = v.y;
+    }
+  }
+#pragma unroll
+  for (int w = 0; w < W; ++w) {
+    // Keys (2c, 2c+1) and (2c+8, 2c+9); bytes 4w, 4w+1 (lo: rows g, g+8 of m-tile 2w) and
+    // 4w+2, 4w+3 (hi: m-tile 2w+1).
+    const uint32_t lo0 = __byte_perm(x[0][w], x[1][w], 0x5140);
+    const uint32_t hi0 = __byte_perm(x[0][w], x[1][w], 0x7362);
+    const uint32_t lo1 = __byte_perm(x[2][w], x[3][w], 0x5140);
+    const uint32_t hi1 = __byte_perm(x[2][w], x[3][w], 0x7362);
+    const uint32_t a0[4] = {fp8x2_f16<KV>(lo0 & 0xffff), fp8x2_f16<KV>(lo0 >> 16),
+                            fp8x2_f16<KV>(lo1 & 0xffff), fp8x2_f16<KV>(lo1 >> 16)};
+    const uint32_t a1[4] = {fp8x2_f16<KV>(hi0 & 0xffff), fp8x2_f16<KV>(hi0 >> 16),
+                            fp8x2_f16<KV>(hi1 & 0xffff), fp8x2_f16<KV>(hi1 >> 16)};
+    mma16816<__half>(acc[2 * w], a0, b0, b1);
+    mma16816<__half>(acc[2 * w + 1], a1, b0, b1);
+  }
+}
+
 // A config's K/V pipeline, per-warp either way: on sm_90 and later, for rows of at least 512
 // bytes (head dim 256 bf16/fp16), the owner lane of each key issues its K and V rows as two bulk
 // copies (common/key_rows.cuh); otherwise the warp issues its keys' 16-byte cp.async chunks
@@ -161,13 +199,21 @@ using Pipeline = std::conditional_t<
 
 }  // namespace wk
 
-template <typename Cfg, typename T, KvKind KV>
+// NARROW (at most 8 rows per CTA: decode with a GQA group <= 8): S^T = K Q^T instead of S = Q K^T,
+// so the 16 keys of a warp are the mma's M and the rows its N = 8 ("swap AB"). A 16-row block
+// with 4 real rows pays for 16 rows of S, softmax and P V; here S is 8 mma per 16 keys (was 16),
+// P V 8 per 128 columns (was 16), a lane softmaxes 4 logits (was 8) and holds half the O
+// accumulators, and q's B fragments stay in registers for the whole split. P^T reaches P V's B
+// operand through two movmatrix transposes.
+template <typename Cfg, typename T, KvKind KV, bool NARROW>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS) decode_wk_kernel(const DecodeParams p) {
   constexpr int D = Cfg::D, DV = Cfg::DV, N = Cfg::N, KW = Cfg::KW, ROWS = Cfg::ROWS;
   constexpr int WARPS = Cfg::WARPS, THREADS = Cfg::THREADS, STAGES = Cfg::STAGES;
   constexpr int QP = Cfg::QP, KP = Cfg::KP, VP = Cfg::VP;
   constexpr bool FP8 = Cfg::FP8;
   static_assert(FP8 == (KV != KvKind::kSame), "config and KV kind disagree");
+  // S elements per lane (NT n8 tiles of 4; narrow: one 16 x 8 tile) and O accumulator tiles.
+  constexpr int NT = NARROW ? 1 : 2, OT = NARROW ? DV / 16 : DV / 8;
 
   // The 16-bit type of the tensor-core operands: q's, or fp16 for fp8 caches (see above).
   using C = std::conditional_t<FP8, __half, T>;
@@ -197,11 +243,13 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS) decode_wk_kernel(cons
   wk::Pipeline<Cfg> kv;
   bind_kv(kv, p, e, sLoc, sStage);
 
-  // This thread's two rows (lane / 4 and lane / 4 + 8 of the block) and their key ranges.
+  // This thread's two rows and their key ranges: lane / 4 and lane / 4 + 8 of the block (S's
+  // rows), or (narrow, S^T's columns) 2 (lane % 4) and 2 (lane % 4) + 1.
+  const auto row_of = [lane](int i) { return NARROW ? 2 * (lane & 3) + i : (lane >> 2) + 8 * i; };
   int lo[2], hi[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    const int gr = e.row0 + (lane >> 2) + 8 * i;
+    const int gr = e.row0 + row_of(i);
     lo[i] = 1;
     hi[i] = 0;
     if (gr < e.rows_total) {
@@ -217,12 +265,19 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS) decode_wk_kernel(cons
   const float post = capped ? p.softcap * kLog2e : 1.f;
 
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
-  float acc[DV / 8][4];
+  float acc[OT][4];
 #pragma unroll
-  for (int u = 0; u < DV / 8; ++u) acc[u][0] = acc[u][1] = acc[u][2] = acc[u][3] = 0.f;
+  for (int u = 0; u < OT; ++u) acc[u][0] = acc[u][1] = acc[u][2] = acc[u][3] = 0.f;
 
   kv.prologue(p);
   __syncthreads();  // q's rows, written by every warp, before any warp's first S
+  // Narrow: q^T's B fragments (rows 0-7), one pair per k-step, for the whole split.
+  uint32_t qf[NARROW ? D / 16 : 1][2];
+  if constexpr (NARROW) {
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks)
+      ldmatrix_x2(qf[ks], sQ + (lane & 7) * QP + ks * 16 + ((lane >> 3) & 1) * 8);
+  }
   for (int j = 0; j < kv.ntiles; ++j) {
     kv.wait(j);
     kv.sync();
@@ -231,12 +286,13 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS) decode_wk_kernel(cons
     if (t0 < e.end) {
       const unsigned char* stage = kv.stage(j);
       const unsigned char* vrows = stage + N * Cfg::KRAW + warp * KW * Cfg::VRAW;
-      // S = Q K^T: 16 rows x 16 keys, n8 tiles 0 (keys 0-7) and 1 (8-15).
-      // Two accumulator sets (even / odd k-steps) halve the dependent mma chain: with one or
-      // two warps per scheduler its latency, not the issue rate, bounds a tile.
-      float s[2][4] = {}, s2[2][4] = {};
+      // S = Q K^T: 16 rows x 16 keys, n8 tiles 0 (keys 0-7) and 1 (8-15); narrow: S^T = K Q^T,
+      // 16 keys x 8 rows. Two accumulator sets (even / odd k-steps) halve the dependent mma
+      // chain: with one or two warps per scheduler its latency, not the issue rate, bounds a tile.
+      float s[NT][4] = {}, s2[NT][4] = {};
       if constexpr (FP8) {
-        // Each lane's key (lane / 4 of each n8 tile), 16 bytes per 64 dims.
+        // Each lane's key (lane / 4 of each n8 tile, or of each half of the narrow m-tile), 16
+        // bytes per 64 dims.
         uint4 kr[2][D / 64];
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt)
@@ -246,43 +302,60 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS) decode_wk_kernel(cons
                 stage + (warp * KW + nt * 8 + (lane >> 2)) * Cfg::KRAW + gq * 64 + (lane & 3) * 16);
 #pragma unroll
         for (int ks = 0; ks < D / 16; ++ks) {
-          uint32_t a[4];
-          ldmatrix_x4(a, sQ + (lane & 15) * QP + ks * 16 + (lane >> 4) * 8);
+          uint32_t w[2];
 #pragma unroll
           for (int nt = 0; nt < 2; ++nt) {
             const uint4 w4 = kr[nt][ks / 4];
-            const uint32_t w = (ks & 3) == 0   ? w4.x
-                               : (ks & 3) == 1 ? w4.y
-                               : (ks & 3) == 2 ? w4.z
-                                               : w4.w;
-            mma16816<C>((ks & 1) ? s2[nt] : s[nt], a, wk::fp8x2_f16<KV>(w & 0xffff),
-                        wk::fp8x2_f16<KV>(w >> 16));
+            w[nt] = (ks & 3) == 0 ? w4.x : (ks & 3) == 1 ? w4.y : (ks & 3) == 2 ? w4.z : w4.w;
+          }
+          if constexpr (NARROW) {
+            const uint32_t a[4] = {wk::fp8x2_f16<KV>(w[0] & 0xffff), wk::fp8x2_f16<KV>(w[1] & 0xffff),
+                                   wk::fp8x2_f16<KV>(w[0] >> 16), wk::fp8x2_f16<KV>(w[1] >> 16)};
+            mma16816<C>((ks & 1) ? s2[0] : s[0], a, qf[ks][0], qf[ks][1]);
+          } else {
+            uint32_t a[4];
+            ldmatrix_x4(a, sQ + (lane & 15) * QP + ks * 16 + (lane >> 4) * 8);
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt)
+              mma16816<C>((ks & 1) ? s2[nt] : s[nt], a, wk::fp8x2_f16<KV>(w[nt] & 0xffff),
+                          wk::fp8x2_f16<KV>(w[nt] >> 16));
           }
         }
       } else {
         const T* Kw = reinterpret_cast<const T*>(stage + warp * KW * Cfg::KRAW);
 #pragma unroll
         for (int ks = 0; ks < D / 16; ++ks) {
-          uint32_t a[4], b[4];
-          ldmatrix_x4(a, sQ + (lane & 15) * QP + ks * 16 + (lane >> 4) * 8);
-          ldmatrix_x4(
-              b, Kw + ((lane & 7) + ((lane >> 4) << 3)) * KP + ks * 16 + ((lane >> 3) & 1) * 8);
-          mma16816<T>((ks & 1) ? s2[0] : s[0], a, b[0], b[1]);
-          mma16816<T>((ks & 1) ? s2[1] : s[1], a, b[2], b[3]);
+          if constexpr (NARROW) {
+            uint32_t a[4];  // keys (lane & 7) + 8 ((lane >> 3) & 1), dims + 8 (lane >> 4)
+            ldmatrix_x4(
+                a, Kw + ((lane & 7) + ((lane >> 3) & 1) * 8) * KP + ks * 16 + (lane >> 4) * 8);
+            mma16816<T>((ks & 1) ? s2[0] : s[0], a, qf[ks][0], qf[ks][1]);
+          } else {
+            uint32_t a[4], b[4];
+            ldmatrix_x4(a, sQ + (lane & 15) * QP + ks * 16 + (lane >> 4) * 8);
+            ldmatrix_x4(
+                b, Kw + ((lane & 7) + ((lane >> 4) << 3)) * KP + ks * 16 + ((lane >> 3) & 1) * 8);
+            mma16816<T>((ks & 1) ? s2[0] : s[0], a, b[0], b[1]);
+            mma16816<T>((ks & 1) ? s2[1] : s[1], a, b[2], b[3]);
+          }
         }
       }
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
+      for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int x = 0; x < 4; ++x) s[nt][x] += s2[nt][x];
-      // Online softmax in base 2; element x of n8 tile nt is row (x >> 1), key nt*8 + 2*(lane&3) +
-      // (x&1).
+      // Online softmax in base 2. Element x of n8 tile nt is row x >> 1, key nt*8 + 2*(lane&3) +
+      // (x&1); narrow: row x & 1, key lane/4 + 8 (x >> 1).
+      const auto row_i = [](int x) { return NARROW ? x & 1 : x >> 1; };
+      const auto key_t = [lane, t0](int nt, int x) {
+        return NARROW ? t0 + (lane >> 2) + 8 * (x >> 1) : t0 + nt * 8 + 2 * (lane & 3) + (x & 1);
+      };
       float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
+      for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int x = 0; x < 4; ++x) {
-          const int i = x >> 1, t = t0 + nt * 8 + 2 * (lane & 3) + (x & 1);
+          const int i = row_i(x), t = key_t(nt, x);
           float v = s[nt][x] * mul;
           if (capped) v = tanhf(v) * post;
           v = (t >= lo[i] && t <= hi[i]) ? v : -INFINITY;
@@ -296,8 +369,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS) decode_wk_kernel(cons
       bool keep = true;
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+        // A row's keys: over the lane quad, or (narrow) over the 8 lanes of its column.
+#pragma unroll
+        for (int o = NARROW ? 4 : 1; o < (NARROW ? 32 : 4); o <<= 1)
+          mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], o));
         mx[i] = fmaxf(m_run[i], mx[i]);  // the new running max
         // A row that has seen no key (a padding row) keeps its -inf; one seeing its first key
         // (x - -inf = +inf) does not.
@@ -308,45 +383,62 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS) decode_wk_kernel(cons
         for (int i = 0; i < 2; ++i) {
           alpha[i] = mx[i] == -INFINITY ? 1.f : exp2f(m_run[i] - mx[i]);
           m_run[i] = mx[i];
-          l_run[i] *= alpha[i];  // per-thread partial sums; the quad is reduced at the end
+          l_run[i] *= alpha[i];  // per-thread partial sums; reduced at the end
         }
       }
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
+      for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int x = 0; x < 4; ++x) {
-          const int i = x >> 1;
+          const int i = row_i(x);
           const float pr = m_run[i] == -INFINITY ? 0.f : exp2f(s[nt][x] - m_run[i]);
           s[nt][x] = pr;
           l_run[i] += pr;
         }
       // Rescale O only when the warp moved some row's running max: after the first tiles it
-      // rarely does, and the rescale is DV / 2 multiplies per lane (a warp-uniform branch).
+      // rarely does, and the rescale is a multiply per accumulator (a warp-uniform branch).
+      // Accumulator y of a tile is row y >> 1 (narrow: y & 1).
       if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
-        for (int u = 0; u < DV / 8; ++u) {
-          acc[u][0] *= alpha[0];
-          acc[u][1] *= alpha[0];
-          acc[u][2] *= alpha[1];
-          acc[u][3] *= alpha[1];
-        }
-      }
-      // O += P V: S's accumulator layout is exactly the A fragment of a 16 x 16 (rows x keys) tile.
-      uint32_t a[4];
-      a[0] = pack2<C>(s[0][0], s[0][1]);
-      a[1] = pack2<C>(s[0][2], s[0][3]);
-      a[2] = pack2<C>(s[1][0], s[1][1]);
-      a[3] = pack2<C>(s[1][2], s[1][3]);
-      if constexpr (FP8) {
-        wk::pv_fp8<Cfg, KV>(acc, a, vrows, lane);
-      } else {
-        const T* Vw = reinterpret_cast<const T*>(vrows);
+        for (int u = 0; u < OT; ++u)
 #pragma unroll
-        for (int dp = 0; dp < DV / 16; ++dp) {
-          uint32_t bv[4];
-          wk::ldsm_x4_trans(bv, Vw + (lane & 15) * VP + dp * 16 + (lane >> 4) * 8);
-          mma16816<T>(acc[2 * dp], a, bv[0], bv[1]);
-          mma16816<T>(acc[2 * dp + 1], a, bv[2], bv[3]);
+          for (int y = 0; y < 4; ++y) acc[u][y] *= alpha[row_i(y)];
+      }
+      if constexpr (NARROW) {
+        // O^T += V^T P^T: P^T's B fragment is the transpose of S^T's two 8 x 8 halves.
+        const uint32_t b0 = movmatrix_trans(pack2<C>(s[0][0], s[0][1]));
+        const uint32_t b1 = movmatrix_trans(pack2<C>(s[0][2], s[0][3]));
+        if constexpr (FP8) {
+          wk::pv_fp8_narrow<Cfg, KV>(acc, b0, b1, vrows, lane);
+        } else {
+          const T* Vw = reinterpret_cast<const T*>(vrows);
+#pragma unroll
+          for (int u = 0; u < DV / 16; ++u) {
+            uint32_t a[4];  // V^T: keys (lane & 7) + 8 (lane >> 4), columns + 8 ((lane >> 3) & 1)
+            wk::ldsm_x4_trans(
+                a, Vw + ((lane & 7) + (lane >> 4) * 8) * VP + u * 16 + ((lane >> 3) & 1) * 8);
+            mma16816<T>(acc[u], a, b0, b1);
+          }
+        }
+      } else {
+        // O += P V: S's accumulator layout is exactly the A fragment of a 16 x 16 (rows x keys)
+        // tile.
+        uint32_t a[4];
+        a[0] = pack2<C>(s[0][0], s[0][1]);
+        a[1] = pack2<C>(s[0][2], s[0][3]);
+        a[2] = pack2<C>(s[1][0], s[1][1]);
+        a[3] = pack2<C>(s[1][2], s[1][3]);
+        if constexpr (FP8) {
+          wk::pv_fp8<Cfg, KV>(acc, a, vrows, lane);
+        } else {
+          const T* Vw = reinterpret_cast<const T*>(vrows);
+#pragma unroll
+          for (int dp = 0; dp < DV / 16; ++dp) {
+            uint32_t bv[4];
+            wk::ldsm_x4_trans(bv, Vw + (lane & 15) * VP + dp * 16 + (lane >> 4) * 8);
+            mma16816<T>(acc[2 * dp], a, bv[0], bv[1]);
+            mma16816<T>(acc[2 * dp + 1], a, bv[2], bv[3]);
+          }
         }
       }
     }
@@ -365,12 +457,16 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS) decode_wk_kernel(cons
   float* sLt = sMt + ROWS;                       // [ROWS] merged sum
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 1);
-    l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 2);
-    if ((lane & 3) == 0) {
-      sM[warp * ROWS + (lane >> 2) + 8 * i] = m_run[i];
-      sLw[warp * ROWS + (lane >> 2) + 8 * i] = l_run[i];
+#pragma unroll
+    for (int o = NARROW ? 4 : 1; o < (NARROW ? 32 : 4); o <<= 1)
+      l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], o);
+    if ((NARROW ? lane >> 2 : lane & 3) == 0) {
+      sM[warp * ROWS + row_of(i)] = m_run[i];
+      sLw[warp * ROWS + row_of(i)] = l_run[i];
     }
+  }
+  if constexpr (NARROW) {  // rows 8-15 hold nothing; the merge below reads only real rows
+    if (lane < 8) sM[warp * ROWS + 8 + lane] = -INFINITY, sLw[warp * ROWS + 8 + lane] = 0.f;
   }
   __syncthreads();
   if (tid < ROWS) {
@@ -386,21 +482,30 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS) decode_wk_kernel(cons
   }
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    const int r = (lane >> 2) + 8 * i;
+    const int r = row_of(i);
     float M = -INFINITY;
 #pragma unroll
     for (int w = 0; w < WARPS; ++w) M = fmaxf(M, sM[w * ROWS + r]);
     const float f = m_run[i] == -INFINITY ? 0.f : exp2f(m_run[i] - M);
     float* o = sO + (warp * ROWS + r) * OP;
 #pragma unroll
-    for (int u = 0; u < DV / 8; ++u) {
-      const int n = 2 * (lane & 3);  // mma columns n, n + 1 of n8 tile u
-      if constexpr (FP8) {           // pv_fp8's column permutation
-        o[n * (DV / 8) + u] = acc[u][2 * i] * f;
-        o[(n + 1) * (DV / 8) + u] = acc[u][2 * i + 1] * f;
+    for (int u = 0; u < OT; ++u) {
+      if constexpr (NARROW) {
+        // Accumulators i and i + 2 of m-tile u: its rows lane / 4 and + 8 (V columns below).
+        const int g = lane >> 2;
+        const int c0 = FP8 ? g * (DV / 8) + 2 * u : u * 16 + g;  // pv_fp8_narrow's columns
+        const int c1 = FP8 ? c0 + 1 : c0 + 8;
+        o[c0] = acc[u][i] * f;
+        o[c1] = acc[u][i + 2] * f;
       } else {
-        *reinterpret_cast<float2*>(o + u * 8 + n) =
-            make_float2(acc[u][2 * i] * f, acc[u][2 * i + 1] * f);
+        const int n = 2 * (lane & 3);  // mma columns n, n + 1 of n8 tile u
+        if constexpr (FP8) {           // pv_fp8's column permutation
+          o[n * (DV / 8) + u] = acc[u][2 * i] * f;
+          o[(n + 1) * (DV / 8) + u] = acc[u][2 * i + 1] * f;
+        } else {
+          *reinterpret_cast<float2*>(o + u * 8 + n) =
+              make_float2(acc[u][2 * i] * f, acc[u][2 * i + 1] * f);
+        }
       }
     }
   }
