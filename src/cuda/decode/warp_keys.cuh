@@ -102,22 +102,17 @@ __device__ __forceinline__ float load_q_fp16(const DecodeParams& p, const Decode
   return ldexpf(1.f, -k);
 }
 
-// O += P V for an fp8 stage, with V's B fragments built in registers from the raw bytes (no
-// widened copy, no ldmatrix.trans). The columns are permuted instead of the keys: mma column n of
-// n8 tile t is V column n * (DV / 8) + t so lane group g = lane / 4 reads DV / 8
-// consecutive bytes of each of its four key rows (2c, 2c+1, 2c+8, 2c+9 with c = lane % 4), and
-// one byte permute pairs two keys' bytes of the same column for one cvt.
-template <typename Cfg, KvKind KV>
-__device__ __forceinline__ void pv_fp8(float (&acc)[Cfg::DV / 8][4], const uint32_t (&a)[4],
-                                       const unsigned char* vrows, int lane) {
-  constexpr int DV = Cfg::DV, W = DV / 32;  // 32-bit words per key row per lane
-  static_assert(DV % 64 == 0, "fp8 V fragments are read 8 columns (two words) at a time");
+// The raw fp8 V bytes both P V forms below build their fragments from: lane group g = lane / 4
+// takes DV / 8 consecutive bytes (W words) of each of the four key rows 2c, 2c+1, 2c+8, 2c+9
+// (c = lane % 4) of a warp's stage.
+template <typename Cfg, int W = Cfg::DV / 32>
+__device__ __forceinline__ void v_fp8_words(uint32_t (&x)[4][W], const unsigned char* vrows,
+                                            int lane) {
   const int g = lane >> 2, c = lane & 3;
-  uint32_t x[4][W];
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
     const int key = 2 * c + (q & 1) + 8 * (q >> 1);
-    const unsigned char* row = vrows + key * Cfg::VRAW + g * (DV / 8);
+    const unsigned char* row = vrows + key * Cfg::VRAW + g * (Cfg::DV / 8);
     if constexpr (W % 4 == 0) {
 #pragma unroll
       for (int w = 0; w < W; w += 4) {
@@ -132,6 +127,20 @@ __device__ __forceinline__ void pv_fp8(float (&acc)[Cfg::DV / 8][4], const uint3
       }
     }
   }
+}
+
+// O += P V for an fp8 stage, with V's B fragments built in registers from the raw bytes (no
+// widened copy, no ldmatrix.trans). The columns are permuted instead of the keys: mma column n of
+// n8 tile t is V column n * (DV / 8) + t so lane group g = lane / 4 reads DV / 8
+// consecutive bytes of each of its four key rows (2c, 2c+1, 2c+8, 2c+9 with c = lane % 4), and
+// one byte permute pairs two keys' bytes of the same column for one cvt.
+template <typename Cfg, KvKind KV>
+__device__ __forceinline__ void pv_fp8(float (&acc)[Cfg::DV / 8][4], const uint32_t (&a)[4],
+                                       const unsigned char* vrows, int lane) {
+  constexpr int DV = Cfg::DV, W = DV / 32;  // 32-bit words per key row per lane
+  static_assert(DV % 64 == 0, "fp8 V fragments are read 8 columns (two words) at a time");
+  uint32_t x[4][W];
+  v_fp8_words<Cfg>(x, vrows, lane);
 #pragma unroll
   for (int w = 0; w < W; ++w) {
     // Keys (2c, 2c+1) and (2c+8, 2c+9), bytes of columns 4w, 4w+1 (lo) and 4w+2, 4w+3 (hi).
@@ -155,18 +164,8 @@ __device__ __forceinline__ void pv_fp8_narrow(float (&acc)[Cfg::DV / 16][4], uin
                                               uint32_t b1, const unsigned char* vrows, int lane) {
   constexpr int DV = Cfg::DV, W = DV / 32;
   static_assert(DV % 64 == 0, "fp8 V fragments are read 8 columns (two words) at a time");
-  const int g = lane >> 2, c = lane & 3;
   uint32_t x[4][W];
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const int key = 2 * c + (q & 1) + 8 * (q >> 1);
-    const unsigned char* row = vrows + key * Cfg::VRAW + g * (DV / 8);
-#pragma unroll
-    for (int w = 0; w < W; w += 2) {
-      const uint2 v = *reinterpret_cast<const uint2*>(row + 4 * w);
-      x[q][w] = v.x, x[q][w + 1] = v.y;
-    }
-  }
+  v_fp8_words<Cfg>(x, vrows, lane);
 #pragma unroll
   for (int w = 0; w < W; ++w) {
     // Keys (2c, 2c+1) and (2c+8, 2c+9); bytes 4w, 4w+1 (lo: rows g, g+8 of m-tile 2w) and
@@ -309,8 +308,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS) decode_wk_kernel(cons
             w[nt] = (ks & 3) == 0 ? w4.x : (ks & 3) == 1 ? w4.y : (ks & 3) == 2 ? w4.z : w4.w;
           }
           if constexpr (NARROW) {
-            const uint32_t a[4] = {wk::fp8x2_f16<KV>(w[0] & 0xffff), wk::fp8x2_f16<KV>(w[1] & 0xffff),
-                                   wk::fp8x2_f16<KV>(w[0] >> 16), wk::fp8x2_f16<KV>(w[1] >> 16)};
+            const uint32_t a[4] = {wk::fp8x2_f16<KV>(w[0] & 0xffff),
+                                   wk::fp8x2_f16<KV>(w[1] & 0xffff), wk::fp8x2_f16<KV>(w[0] >> 16),
+                                   wk::fp8x2_f16<KV>(w[1] >> 16)};
             mma16816<C>((ks & 1) ? s2[0] : s[0], a, qf[ks][0], qf[ks][1]);
           } else {
             uint32_t a[4];
@@ -327,8 +327,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS) decode_wk_kernel(cons
         for (int ks = 0; ks < D / 16; ++ks) {
           if constexpr (NARROW) {
             uint32_t a[4];  // keys (lane & 7) + 8 ((lane >> 3) & 1), dims + 8 (lane >> 4)
-            ldmatrix_x4(
-                a, Kw + ((lane & 7) + ((lane >> 3) & 1) * 8) * KP + ks * 16 + (lane >> 4) * 8);
+            ldmatrix_x4(a,
+                        Kw + ((lane & 7) + ((lane >> 3) & 1) * 8) * KP + ks * 16 + (lane >> 4) * 8);
             mma16816<T>((ks & 1) ? s2[0] : s[0], a, qf[ks][0], qf[ks][1]);
           } else {
             uint32_t a[4], b[4];
