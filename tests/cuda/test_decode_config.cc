@@ -44,6 +44,18 @@ TEST(DecodeConfig, ShapeRule) {
 // The warps-split-keys layout is sized for Hopper: where it needs more shared memory per block
 // than the device has, kernel.cuh serves the shape instead (see also the next test for what
 // fits nowhere).
+TEST(DecodeConfig, NarrowFormForAtMostEightRows) {
+  // The warps-split-keys kernel runs S^T = K Q^T when a CTA's rows (queries x group) fit N = 8.
+  EXPECT_TRUE(wk_narrow(1, 1));
+  EXPECT_TRUE(wk_narrow(4, 1));
+  EXPECT_TRUE(wk_narrow(8, 1));
+  EXPECT_TRUE(wk_narrow(4, 2));
+  EXPECT_TRUE(wk_narrow(1, 8));
+  EXPECT_FALSE(wk_narrow(4, 3));   // 12 rows: the 16-row form
+  EXPECT_FALSE(wk_narrow(4, 4));   // verify q4 with a group of 4
+  EXPECT_FALSE(wk_narrow(16, 1));  // a group of 16
+}
+
 TEST(DecodeConfig, ShapeRuleFollowsTheDevicesSharedMemory) {
   EXPECT_EQ(decode_shape(128, 128, false, false, 1, false, kAda), DecodeShape::kColumns);
   EXPECT_EQ(decode_shape(128, 128, false, true, 1, false, kAda), DecodeShape::kWarpKeys);
