@@ -148,8 +148,8 @@ __device__ __forceinline__ void copy_keys_warp(unsigned char* k_dst, unsigned ch
     const int bytes = live ? 16 : 0;
     const unsigned char* ks = kbase + (live ? off.x : 0) + c * 16;
     const unsigned char* vs = vbase + (live ? off.y : 0) + c * 16;
-    const uint32_t kd = smem_addr(k_dst + key * KRAW + c * 16);
-    const uint32_t vd = smem_addr(v_dst + key * VRAW + c * 16);
+    unsigned char* kd = k_dst + key * KRAW + c * 16;
+    unsigned char* vd = v_dst + key * VRAW + c * 16;
 #pragma unroll
     for (int i = 0; i < CK / LPK; ++i) cp_async16(kd + i * LPK * 16, ks + i * LPK * 16, bytes);
 #pragma unroll
