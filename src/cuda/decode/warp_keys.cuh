@@ -108,6 +108,7 @@ __device__ __forceinline__ float load_q_fp16(const DecodeParams& p, const Decode
 template <typename Cfg, int W = Cfg::DV / 32>
 __device__ __forceinline__ void v_fp8_words(uint32_t (&x)[4][W], const unsigned char* vrows,
                                             int lane) {
+  static_assert(Cfg::DV % 64 == 0, "fp8 V fragments are read 8 columns (two words) at a time");
   const int g = lane >> 2, c = lane & 3;
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
@@ -129,6 +130,18 @@ __device__ __forceinline__ void v_fp8_words(uint32_t (&x)[4][W], const unsigned 
   }
 }
 
+// Word w of v_fp8_words' bytes with two keys' bytes of each column side by side, ready for one
+// cvt per pair: keys (2c, 2c+1) in lo0 (columns 4w, 4w+1) and hi0 (4w+2, 4w+3), keys
+// (2c+8, 2c+9) in lo1 and hi1.
+template <int W>
+__device__ __forceinline__ void v_fp8_key_pairs(const uint32_t (&x)[4][W], int w, uint32_t& lo0,
+                                                uint32_t& hi0, uint32_t& lo1, uint32_t& hi1) {
+  lo0 = __byte_perm(x[0][w], x[1][w], 0x5140);
+  hi0 = __byte_perm(x[0][w], x[1][w], 0x7362);
+  lo1 = __byte_perm(x[2][w], x[3][w], 0x5140);
+  hi1 = __byte_perm(x[2][w], x[3][w], 0x7362);
+}
+
 // O += P V for an fp8 stage, with V's B fragments built in registers from the raw bytes (no
 // widened copy, no ldmatrix.trans). The columns are permuted instead of the keys: mma column n of
 // n8 tile t is V column n * (DV / 8) + t so lane group g = lane / 4 reads DV / 8
@@ -138,16 +151,13 @@ template <typename Cfg, KvKind KV>
 __device__ __forceinline__ void pv_fp8(float (&acc)[Cfg::DV / 8][4], const uint32_t (&a)[4],
                                        const unsigned char* vrows, int lane) {
   constexpr int DV = Cfg::DV, W = DV / 32;  // 32-bit words per key row per lane
-  static_assert(DV % 64 == 0, "fp8 V fragments are read 8 columns (two words) at a time");
   uint32_t x[4][W];
   v_fp8_words<Cfg>(x, vrows, lane);
 #pragma unroll
   for (int w = 0; w < W; ++w) {
     // Keys (2c, 2c+1) and (2c+8, 2c+9), bytes of columns 4w, 4w+1 (lo) and 4w+2, 4w+3 (hi).
-    const uint32_t lo0 = __byte_perm(x[0][w], x[1][w], 0x5140);
-    const uint32_t hi0 = __byte_perm(x[0][w], x[1][w], 0x7362);
-    const uint32_t lo1 = __byte_perm(x[2][w], x[3][w], 0x5140);
-    const uint32_t hi1 = __byte_perm(x[2][w], x[3][w], 0x7362);
+    uint32_t lo0, hi0, lo1, hi1;
+    v_fp8_key_pairs(x, w, lo0, hi0, lo1, hi1);
     mma16816<__half>(acc[4 * w], a, fp8x2_f16<KV>(lo0 & 0xffff), fp8x2_f16<KV>(lo1 & 0xffff));
     mma16816<__half>(acc[4 * w + 1], a, fp8x2_f16<KV>(lo0 >> 16), fp8x2_f16<KV>(lo1 >> 16));
     mma16816<__half>(acc[4 * w + 2], a, fp8x2_f16<KV>(hi0 & 0xffff), fp8x2_f16<KV>(hi1 & 0xffff));
@@ -163,17 +173,14 @@ template <typename Cfg, KvKind KV>
 __device__ __forceinline__ void pv_fp8_narrow(float (&acc)[Cfg::DV / 16][4], uint32_t b0,
                                               uint32_t b1, const unsigned char* vrows, int lane) {
   constexpr int DV = Cfg::DV, W = DV / 32;
-  static_assert(DV % 64 == 0, "fp8 V fragments are read 8 columns (two words) at a time");
   uint32_t x[4][W];
   v_fp8_words<Cfg>(x, vrows, lane);
 #pragma unroll
   for (int w = 0; w < W; ++w) {
     // Keys (2c, 2c+1) and (2c+8, 2c+9); bytes 4w, 4w+1 (lo: rows g, g+8 of m-tile 2w) and
     // 4w+2, 4w+3 (hi: m-tile 2w+1).
-    const uint32_t lo0 = __byte_perm(x[0][w], x[1][w], 0x5140);
-    const uint32_t hi0 = __byte_perm(x[0][w], x[1][w], 0x7362);
-    const uint32_t lo1 = __byte_perm(x[2][w], x[3][w], 0x5140);
-    const uint32_t hi1 = __byte_perm(x[2][w], x[3][w], 0x7362);
+    uint32_t lo0, hi0, lo1, hi1;
+    v_fp8_key_pairs(x, w, lo0, hi0, lo1, hi1);
     const uint32_t a0[4] = {fp8x2_f16<KV>(lo0 & 0xffff), fp8x2_f16<KV>(lo0 >> 16),
                             fp8x2_f16<KV>(lo1 & 0xffff), fp8x2_f16<KV>(lo1 >> 16)};
     const uint32_t a1[4] = {fp8x2_f16<KV>(hi0 & 0xffff), fp8x2_f16<KV>(hi0 >> 16),
