@@ -29,6 +29,18 @@ std::vector<AttentionCase> sample_cases() {
   c.window_left = 20;
   c.softcap = 3.0f;
   v.push_back(c);
+  // Softcap on the decode paths alone (tanh_f32 inlined into the per-row softmax came out wrong
+  // on AVX3 with GCC 12, simd-inl.h): bf16 K/V read in place as pairs, and fp16 at head dim 128.
+  AttentionCase dc = c;
+  dc.name = "bf16 decode, softcap (pairs in place)";
+  dc.dtype = dc.kv_dtype = DType::kBF16;
+  dc.head_dim = 128;
+  dc.window_left = -1;
+  dc.q_lens = {1, 1, 1, 1};
+  v.push_back(dc);
+  dc.name = "f16 decode, softcap";
+  dc.dtype = dc.kv_dtype = DType::kF16;
+  v.push_back(dc);
   AttentionCase m;
   m.name = "MLA fp8 e5m2";
   m.mla = true;
