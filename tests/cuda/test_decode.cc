@@ -337,6 +337,50 @@ TEST(CudaDecode, MlaAbsorbedVariants) {
   }
 }
 
+// MLA batches of <= 16 rows per block: 16 heads x 1 query, 8 heads x up to 2 queries (MTP rows
+// with their own causal limits) and 4 x 4, over tile and page boundaries (0, 1, 63-65, 127, 129
+// keys and longer), page sizes 1 and 64, forced splits, the deterministic mode, a window, softcap
+// and fp16. By default mla_wgmma.cuh's 64-row kernel takes them; gpu_final.sh runs the test again
+// with FLASHBACK_MLA_NARROW=1 for mla_narrow.cuh's (keys as the MMAs' M).
+TEST(CudaDecode, MlaAbsorbedNarrow) {
+  struct Shape {
+    int hq;
+    std::vector<int> q_lens;
+  };
+  const std::vector<Shape> shapes = {
+      {16, {1, 1, 1, 1, 1, 1, 1, 1}}, {8, {1, 2, 2, 1, 2, 1, 2, 2}}, {4, {1, 1, 3, 4, 2, 4, 1, 4}}};
+  for (const Shape& sh : shapes)
+    for (int P : {1, 64}) {
+      AttentionCase c = decode_case(64, sh.hq, 1, P, {0, 1, 63, 64, 65, 127, 129, 1000});
+      c.name = "mla narrow";
+      c.mla = true;
+      c.head_dim_v = 512;
+      c.q_lens = sh.q_lens;
+      for (size_t i = 0; i < c.kv_lens.size(); ++i)  // entry 0 keeps its empty key range
+        if (c.kv_lens[i] > 0) c.kv_lens[i] = std::max(c.kv_lens[i], c.q_lens[i]);
+      check(c);
+      if (P == 1) continue;
+      c.name = "mla narrow num_splits 3";
+      check(c, {}, [](PagedData& d) { d.params.num_splits = 3; });
+      if (sh.hq != 16) continue;
+      Exec det;
+      det.deterministic = true;
+      c.name = "mla narrow deterministic";
+      check(c, det);
+      c.name = "mla narrow window";
+      c.window_left = 100;
+      check(c);
+      c.window_left = -1;
+      c.name = "mla narrow softcap";
+      c.softcap = 30.f;
+      check(c);
+      c.softcap = 0.f;
+      c.name = "mla narrow fp16";
+      c.dtype = c.kv_dtype = DType::kF16;
+      check(c);
+    }
+}
+
 // MLA absorbed attention with more than 16 queries per entry (EXTEND over a cached prefix, and
 // a prefill from scratch) runs on the same MLA instance, its 64-row blocks covering every
 // (query, head) row; with no max_seqlen_q hint the bound is total_q.

@@ -132,6 +132,38 @@ __device__ __forceinline__ void wgmma_ss_n32(float (&d)[4][4], uint64_t a, uint6
 #undef FLASHBACK_WG_D32
 #undef FLASHBACK_WG_ACC32
 
+// The 8 fp32 accumulators of an m64n16 tile (2 n8 blocks of 4, layout as above).
+#define FLASHBACK_WG_D16 "{%0, %1, %2, %3, %4, %5, %6, %7}"
+#define FLASHBACK_WG_ACC16                                                                  \
+  "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), \
+      "+f"(d[1][2]), "+f"(d[1][3])
+
+/// d (+)= A B for a 64 x 16 x 16 step from shared memory, B K-major; A K-major, or MN-major when
+/// A_MN (V^T for O^T = V^T P^T: V's rows are A's K dimension).
+template <typename T, bool A_MN = false>
+__device__ __forceinline__ void wgmma_ss_n16(float (&d)[2][4], uint64_t a, uint64_t b,
+                                             bool accumulate) {
+#ifdef FLASHBACK_WGMMA
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %10, 0;\n"
+        " wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 " FLASHBACK_WG_D16
+        ", %8, %9, p, 1, 1, %11, 0;\n}\n"
+        : FLASHBACK_WG_ACC16
+        : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)), "n"(A_MN ? 1 : 0));
+  } else {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %10, 0;\n"
+        " wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 " FLASHBACK_WG_D16
+        ", %8, %9, p, 1, 1, %11, 0;\n}\n"
+        : FLASHBACK_WG_ACC16
+        : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)), "n"(A_MN ? 1 : 0));
+  }
+#endif
+}
+#undef FLASHBACK_WG_D16
+#undef FLASHBACK_WG_ACC16
+
 /// d += A B for a 64 x 128 x 16 step, A from registers (the mma.sync m16n8k16 A fragment of the
 /// warp's 16 rows) and B MN-major from shared memory.
 template <typename T>

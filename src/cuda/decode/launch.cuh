@@ -8,6 +8,7 @@
 #include "cuda/common/launch.cuh"
 #include "cuda/decode/kernel.cuh"
 #include "cuda/decode/launch.h"
+#include "cuda/decode/mla_narrow.cuh"
 #include "cuda/decode/mla_wgmma.cuh"
 #include "cuda/decode/warp_keys.cuh"
 
@@ -35,11 +36,23 @@ void launch_decode_wk(const DecodeParams& p, cudaStream_t stream) {
                      stream, p, "decode_wk_kernel");
 }
 
-// MLA absorbed on Hopper (mla_wgmma.cuh); softcap is a kernel variant.
+// MLA absorbed on Hopper: mla_wgmma.cuh's 64-row blocks, or with FLASHBACK_MLA_NARROW=1
+// (opt-in: not yet run on a GPU) mla_narrow.cuh's kernel where every row block holds <= 16 rows
+// (m_tiles == 1: one block per entry and KV head). Softcap is a kernel variant.
 template <typename T>
-void launch_mla_wgmma(const DecodeParams& p, cudaStream_t stream) {
+void launch_mla_wgmma(const DecodeParams& p, int m_tiles, cudaStream_t stream) {
   using Cfg = MlaWgmmaConfig;
   const dim3 grid(p.num_splits, p.heads_kv * p.row_blocks, p.batch);
+  if (m_tiles == 1 && p.mla_narrow) {
+    using Nc = MlaNarrowConfig;
+    if (p.softcap > 0.f)
+      launch_with_smem(mla_narrow_kernel<T, true>, grid, Nc::THREADS, Nc::SMEM_BYTES, stream, p,
+                       "mla_narrow_kernel");
+    else
+      launch_with_smem(mla_narrow_kernel<T, false>, grid, Nc::THREADS, Nc::SMEM_BYTES, stream, p,
+                       "mla_narrow_kernel");
+    return;
+  }
   if (p.softcap > 0.f)
     launch_with_smem(mla_wgmma_kernel<T, true>, grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream, p,
                      "mla_wgmma_kernel");
@@ -65,10 +78,10 @@ void launch_decode(const DecodeParams& p, int m_tiles, KvKind kv, cudaStream_t s
   const bool fp8 = kv != KvKind::kSame;
   switch (decode_shape(D, DV, QV, fp8, m_tiles, p.hopper_mla, p.smem_block)) {
     case DecodeShape::kMlaWgmma:
-      // 64-row blocks: the host's row blocks are 16 * m_tiles rows, and with m_tiles = 1 all
-      // rows fit one block, so 64-row blocks cover the same grid.
+      // 64-row blocks (16-row ones in the narrow kernel): the host's row blocks are
+      // 16 * m_tiles rows, and with m_tiles = 1 all rows fit one block, so either covers the grid.
       if constexpr (QV && D == MlaWgmmaConfig::D && DV == MlaWgmmaConfig::DV)
-        return launch_mla_wgmma<T>(p, stream);
+        return launch_mla_wgmma<T>(p, m_tiles, stream);
       break;
     case DecodeShape::kWarpKeys:
       if constexpr (!QV && DV <= 256) {

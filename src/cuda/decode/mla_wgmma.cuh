@@ -63,6 +63,55 @@ struct MlaWgmmaConfig {
   static_assert(ROWS * N * 2 == 64 * 128, "P is one swizzled block");
 };
 
+// The K/V tiles of the Hopper MLA kernels (64 keys: the latent rows as blocks 0-7 and the rope
+// rows as block 8 of the 128-byte-swizzled layout, common/sw128.h), tiles [0, ntiles) of entry e
+// into stage j % S, by the 128 threads of a producer warpgroup (t = 0..127): warps 0-1 copy latent
+// blocks 0-3 of keys [0, 32) / [32, 64), warps 2-3 latent blocks 4-7 and the rope block of the
+// same keys, with cp.async in 128-byte pieces; every lane locates key 32 (warp % 2) + lane (a
+// tile ahead) and the warp shuffles the offsets. A stage is waited free on empty(s), and its
+// copies arrive on full(s) (one .noinc arrival per thread: init it with 128).
+template <int S, typename StageAt, typename FullAt, typename EmptyAt>
+__device__ __forceinline__ void mla_copy_tiles(const DecodeParams& p, const DecodeEntry& e,
+                                               int ntiles, int t, StageAt stage, FullAt full,
+                                               EmptyAt empty) {
+  constexpr int N = MlaWgmmaConfig::N, DV = MlaWgmmaConfig::DV, D = MlaWgmmaConfig::D;
+  constexpr int BLK = N * 128;
+  const int lane = t & 31, warp = t >> 5, half = warp & 1;
+  const bool first_half = warp < 2;
+  const unsigned char* kbase =
+      static_cast<const unsigned char*>(p.k) + static_cast<int64_t>(e.g) * p.k_sh * 2;
+  const unsigned char* vbase =
+      static_cast<const unsigned char*>(p.v) + static_cast<int64_t>(e.g) * p.v_sh * 2;
+  PageWalk walk;
+  walk.paged(p.table + static_cast<int64_t>(e.trow) * p.table_s0, p.table_s1, e.start,
+             p.table_holds_slots, p.page_size);
+  const int kk = 32 * half + lane;  // this lane's key within a tile
+  // Table entries of this lane's key in the next two tiles (read two tiles ahead).
+  int32_t ent = e.begin + kk < e.end ? walk.read(e.begin + kk) : 0;
+  int32_t ent2 = ntiles > 1 && e.begin + N + kk < e.end ? walk.read(e.begin + N + kk) : 0;
+  for (int j = 0; j < ntiles; ++j) {
+    const int s = j % S;
+    const int key = e.begin + j * N + kk;
+    const KeyBytes kb =
+        key < e.end ? key_bytes(walk.locate(ent, key), p.k_sp, p.k_so, p.v_sp, p.v_so, 2)
+                    : make_longlong2(0, 0);  // zero-filled; offset 0 keeps the address valid
+    ent = ent2;
+    ent2 = j + 2 < ntiles && key + 2 * N < e.end ? walk.read(key + 2 * N) : 0;
+    mbar_wait(empty(s), ((j / S) & 1) ^ 1);
+    const int nvalid = e.end - (e.begin + j * N);
+    auto v_off = [&](int r) { return __shfl_sync(~0u, kb.y, r); };
+    if (first_half) {
+      copy_rows_sw128<32, N>(stage(s), vbase, v_off, nvalid, half, lane);
+    } else {
+      copy_rows_sw128<32, N>(stage(s) + 4 * BLK, vbase + 512, v_off, nvalid, half, lane);
+      copy_rows_sw128<D * 2 / 16, N>(
+          stage(s) + (DV / 64) * BLK, kbase, [&](int r) { return __shfl_sync(~0u, kb.x, r); },
+          nvalid, half, lane);
+    }
+    mbar_arrive_on_copies(full(s));
+  }
+}
+
 template <typename T, bool CAP>
 struct MlaWgmma {
   using Cfg = MlaWgmmaConfig;
@@ -124,38 +173,9 @@ struct MlaWgmma {
       }
       mbar_arrive_on_copies(q_full());
     }
-    const unsigned char* kbase =
-        static_cast<const unsigned char*>(p.k) + static_cast<int64_t>(e.g) * p.k_sh * 2;
-    const unsigned char* vbase =
-        static_cast<const unsigned char*>(p.v) + static_cast<int64_t>(e.g) * p.v_sh * 2;
-    PageWalk walk;
-    walk.paged(p.table + static_cast<int64_t>(e.trow) * p.table_s0, p.table_s1, e.start,
-               p.table_holds_slots, p.page_size);
-    const int kk = 32 * half + lane;  // this lane's key within a tile
-    // Table entries of this lane's key in the next two tiles (read two tiles ahead).
-    int32_t ent = e.begin + kk < e.end ? walk.read(e.begin + kk) : 0;
-    int32_t ent2 = ntiles > 1 && e.begin + N + kk < e.end ? walk.read(e.begin + N + kk) : 0;
-    for (int j = 0; j < ntiles; ++j) {
-      const int s = j % S;
-      const int key = e.begin + j * N + kk;
-      const KeyBytes kb =
-          key < e.end ? key_bytes(walk.locate(ent, key), p.k_sp, p.k_so, p.v_sp, p.v_so, 2)
-                      : make_longlong2(0, 0);  // zero-filled; offset 0 keeps the address valid
-      ent = ent2;
-      ent2 = j + 2 < ntiles && key + 2 * N < e.end ? walk.read(key + 2 * N) : 0;
-      mbar_wait(empty(s), ((j / S) & 1) ^ 1);
-      const int nvalid = e.end - (e.begin + j * N);
-      auto v_off = [&](int r) { return __shfl_sync(~0u, kb.y, r); };
-      if (first_half) {
-        copy_rows_sw128<32, N>(stage(s), vbase, v_off, nvalid, half, lane);
-      } else {
-        copy_rows_sw128<32, N>(stage(s) + 4 * BLK, vbase + 512, v_off, nvalid, half, lane);
-        copy_rows_sw128<Cfg::D * 2 / 16, N>(
-            stage(s) + (DV / 64) * BLK, kbase, [&](int r) { return __shfl_sync(~0u, kb.x, r); },
-            nvalid, half, lane);
-      }
-      mbar_arrive_on_copies(full(s));
-    }
+    mla_copy_tiles<S>(
+        p, e, ntiles, t, [this](int st) { return stage(st); }, [this](int st) { return full(st); },
+        [this](int st) { return empty(st); });
   }
 
   // S = Q K^T for keys [32 wg, 32 wg + 32) of stage s: the 9 blocks, 4 k steps each.
