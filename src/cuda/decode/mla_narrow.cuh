@@ -141,15 +141,6 @@ struct MlaNarrow {
     wgmma_commit();
   }
 
-  static __device__ __forceinline__ void st_f32(uint32_t a, float v) {
-    asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(a), "f"(v) : "memory");
-  }
-  static __device__ __forceinline__ float ld_f32(uint32_t a) {
-    float v;
-    asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(a) : "memory");
-    return v;
-  }
-
   __device__ void consume(const DecodeParams& p, const DecodeEntry& e, int ntiles) const {
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, quad = lane & 3, g = lane >> 2;
     // Accumulator element x of n8 block j (S^T's and each O^T m-block's): M index
@@ -206,7 +197,7 @@ struct MlaNarrow {
       for (int ri = 0; ri < 4; ++ri) {
 #pragma unroll
         for (int o = 4; o < 32; o <<= 1) mx[ri] = fmaxf(mx[ri], __shfl_xor_sync(~0u, mx[ri], o));
-        if (g == 0) st_f32(red(buf, w, row_of(ri)), mx[ri]);
+        if (g == 0) st_shared_f32(red(buf, w, row_of(ri)), mx[ri]);
       }
       named_barrier_sync<1, 128>();
       // The tile's row maxima (the same for every thread), the new running maxima (lazy, per
@@ -217,7 +208,7 @@ struct MlaNarrow {
       for (int ri = 0; ri < 4; ++ri) {
         float m = m_run[ri];
 #pragma unroll
-        for (int ww = 0; ww < 4; ++ww) m = fmaxf(m, ld_f32(red(buf, ww, row_of(ri))));
+        for (int ww = 0; ww < 4; ++ww) m = fmaxf(m, ld_shared_f32(red(buf, ww, row_of(ri))));
         alpha[ri] = 1.f;
         if (m != -INFINITY && !lazy_keeps(m, m_run[ri])) {
           alpha[ri] = exp2f(m_run[ri] - m);  // 0 while m_run is -inf
@@ -261,15 +252,15 @@ struct MlaNarrow {
     for (int ri = 0; ri < 4; ++ri) {
 #pragma unroll
       for (int o = 4; o < 32; o <<= 1) l_part[ri] += __shfl_xor_sync(~0u, l_part[ri], o);
-      if (g == 0) st_f32(lsum(w, row_of(ri)), l_part[ri]);
+      if (g == 0) st_shared_f32(lsum(w, row_of(ri)), l_part[ri]);
     }
     named_barrier_sync<3, 128>();
     float inv[4];
 #pragma unroll
     for (int ri = 0; ri < 4; ++ri) {
       const int r = row_of(ri), gr = e.row0 + r;
-      const float l =
-          ld_f32(lsum(0, r)) + ld_f32(lsum(1, r)) + ld_f32(lsum(2, r)) + ld_f32(lsum(3, r));
+      const float l = ld_shared_f32(lsum(0, r)) + ld_shared_f32(lsum(1, r)) +
+                      ld_shared_f32(lsum(2, r)) + ld_shared_f32(lsum(3, r));
       inv[ri] = l > 0.f ? 1.f / l : 0.f;
       if (w == 0 && g == 0 && gr < e.rows_total) {
         const int tok = e.token(p, gr), head = e.head(p, gr);
@@ -306,17 +297,11 @@ template <typename T, bool CAP>
 __global__ void __launch_bounds__(MlaNarrowConfig::THREADS, 1)
     mla_narrow_kernel(const DecodeParams p) {
 #ifdef FLASHBACK_WGMMA
-  using Cfg = MlaNarrowConfig;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  unsigned char* smem = reinterpret_cast<unsigned char*>(
-      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
   DecodeEntry e;
-  if (!load_entry<T, Cfg::DV, Cfg::ROWS, Cfg::N>(p, e)) return;
-  const int ntiles = e.end > e.begin ? (e.end - e.begin + Cfg::N - 1) / Cfg::N : 0;
+  int ntiles;
   MlaNarrow<T, CAP> k;
-  k.base = smem_addr(smem);
-  if (threadIdx.x == 0) k.init_barriers();
-  __syncthreads();
+  if (!mla_begin<T, MlaNarrowConfig::ROWS>(p, e, ntiles, k, smem_raw)) return;
   if (threadIdx.x >= 128)
     k.produce(p, e, ntiles);
   else

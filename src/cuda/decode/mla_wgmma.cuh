@@ -63,6 +63,16 @@ struct MlaWgmmaConfig {
   static_assert(ROWS * N * 2 == 64 * 128, "P is one swizzled block");
 };
 
+// An fp32 at a shared-memory address (row statistics the warps or warpgroups exchange).
+__device__ __forceinline__ void st_shared_f32(uint32_t a, float v) {
+  asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(a), "f"(v) : "memory");
+}
+__device__ __forceinline__ float ld_shared_f32(uint32_t a) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(a) : "memory");
+  return v;
+}
+
 // The K/V tiles of the Hopper MLA kernels (64 keys: the latent rows as blocks 0-7 and the rope
 // rows as block 8 of the 128-byte-swizzled layout, common/sw128.h), tiles [0, ntiles) of entry e
 // into stage j % S, by the 128 threads of a producer warpgroup (t = 0..127): warps 0-1 copy latent
@@ -205,15 +215,6 @@ struct MlaWgmma {
     wgmma_commit();
   }
 
-  static __device__ __forceinline__ void st_f32(uint32_t a, float v) {
-    asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(a), "f"(v) : "memory");
-  }
-  static __device__ __forceinline__ float ld_f32(uint32_t a) {
-    float v;
-    asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(a) : "memory");
-    return v;
-  }
-
   __device__ void consume(const DecodeParams& p, const DecodeEntry& e, int ntiles, int wg) const {
     const int tw = threadIdx.x & 127, lane = tw & 31, warp = tw >> 5;
     const int quad = lane & 3;
@@ -274,7 +275,7 @@ struct MlaWgmma {
       for (int i = 0; i < 2; ++i) {
         mx[i] = fmaxf(mx[i], __shfl_xor_sync(~0u, mx[i], 1));
         mx[i] = fmaxf(mx[i], __shfl_xor_sync(~0u, mx[i], 2));
-        if (quad == 0) st_f32(red(wg, r0 + 8 * i), mx[i]);
+        if (quad == 0) st_shared_f32(red(wg, r0 + 8 * i), mx[i]);
       }
       named_barrier_sync<1, 256>();
       // Lazy rescale (FlashAttention-4's): while no row of the warp has a max more than
@@ -286,7 +287,7 @@ struct MlaWgmma {
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int r = r0 + 8 * i;
-        m_new[i] = fmaxf(m_run[i], fmaxf(ld_f32(red(0, r)), ld_f32(red(1, r))));
+        m_new[i] = fmaxf(m_run[i], fmaxf(ld_shared_f32(red(0, r)), ld_shared_f32(red(1, r))));
         keep = keep && lazy_keeps(m_new[i], m_run[i]);  // false while m_run is -inf
       }
       if (__all_sync(~0u, keep)) {
@@ -343,14 +344,14 @@ struct MlaWgmma {
     for (int i = 0; i < 2; ++i) {
       l_part[i] += __shfl_xor_sync(~0u, l_part[i], 1);
       l_part[i] += __shfl_xor_sync(~0u, l_part[i], 2);
-      if (quad == 0) st_f32(lsum(wg, r0 + 8 * i), l_part[i]);
+      if (quad == 0) st_shared_f32(lsum(wg, r0 + 8 * i), l_part[i]);
     }
     named_barrier_sync<3, 256>();
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int r = r0 + 8 * i, gr = e.row0 + r;
       if (gr >= e.rows_total) continue;
-      const float l = ld_f32(lsum(0, r)) + ld_f32(lsum(1, r));
+      const float l = ld_shared_f32(lsum(0, r)) + ld_shared_f32(lsum(1, r));
       const int tok = e.token(p, gr), head = e.head(p, gr);
       if (wg == 0 && quad == 0) {
         const float lse = l > 0.f ? (m_run[i] + log2f(l)) * kLn2 : -INFINITY;
@@ -381,21 +382,33 @@ struct MlaWgmma {
   }
 };
 
+// The common start of the Hopper MLA kernels: the CTA's entry (ROWS-row blocks of (query, head)
+// rows, splits in 64-key multiples), its 64-key tiles, the kernel's shared memory `k.base`
+// aligned to 1024 bytes for the 128-byte swizzle, and its barriers initialised. False: nothing
+// for this CTA.
+template <typename T, int ROWS, typename K>
+__device__ __forceinline__ bool mla_begin(const DecodeParams& p, DecodeEntry& e, int& ntiles, K& k,
+                                          unsigned char* smem_raw) {
+  constexpr int N = MlaWgmmaConfig::N, DV = MlaWgmmaConfig::DV;
+  if (!load_entry<T, DV, ROWS, N>(p, e)) return false;
+  ntiles = e.end > e.begin ? (e.end - e.begin + N - 1) / N : 0;
+  k.base = smem_addr(reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023)));
+  if (threadIdx.x == 0) k.init_barriers();
+  __syncthreads();
+  return true;
+}
+
 template <typename T, bool CAP>
 __global__ void __launch_bounds__(MlaWgmmaConfig::THREADS, 1)
     mla_wgmma_kernel(const DecodeParams p) {
 #ifdef FLASHBACK_WGMMA
   using Cfg = MlaWgmmaConfig;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  unsigned char* smem = reinterpret_cast<unsigned char*>(
-      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
   DecodeEntry e;
-  if (!load_entry<T, Cfg::DV, Cfg::ROWS, Cfg::N>(p, e)) return;
-  const int ntiles = e.end > e.begin ? (e.end - e.begin + Cfg::N - 1) / Cfg::N : 0;
+  int ntiles;
   MlaWgmma<T, CAP> k;
-  k.base = smem_addr(smem);
-  if (threadIdx.x == 0) k.init_barriers();
-  __syncthreads();
+  if (!mla_begin<T, Cfg::ROWS>(p, e, ntiles, k, smem_raw)) return;
   if (threadIdx.x >= 256) {
     regs_shrink<Cfg::PRODUCER_REGS>();
     k.produce(p, e, ntiles);
