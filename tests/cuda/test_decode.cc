@@ -303,6 +303,26 @@ TEST(CudaDecode, MlaAbsorbed) {
     }
 }
 
+// An MLA batch again in the deterministic mode, with a window, with softcap and in fp16 (the
+// modes every MLA kernel's tests cover beyond the plain batch).
+void check_mla_modes(AttentionCase c, const std::string& name) {
+  Exec det;
+  det.deterministic = true;
+  c.name = name + " deterministic";
+  check(c, det);
+  c.name = name + " window";
+  c.window_left = 100;
+  check(c);
+  c.window_left = -1;
+  c.name = name + " softcap";
+  c.softcap = 30.f;
+  check(c);
+  c.softcap = 0.f;
+  c.name = name + " fp16";
+  c.dtype = c.kv_dtype = DType::kF16;
+  check(c);
+}
+
 // The edges of the Hopper MLA kernel (mla_wgmma.cuh; it takes 16-bit MLA on an sm_90a build
 // and a 9.0 device, and FLASHBACK_DECODE_KERNEL=mma runs the same cases on kernel.cuh): its
 // 64-key tiles and their boundaries (63, 64, 65, 127, 129 keys), page sizes 1 and 16, MTP rows
@@ -319,21 +339,7 @@ TEST(CudaDecode, MlaAbsorbedVariants) {
     c.name = "mla num_splits 3";
     check(c, {}, [](PagedData& d) { d.params.num_splits = 3; });
     if (P == 1) continue;
-    Exec det;
-    det.deterministic = true;
-    c.name = "mla deterministic";
-    check(c, det);
-    c.name = "mla window";
-    c.window_left = 100;
-    check(c);
-    c.window_left = -1;
-    c.name = "mla softcap";
-    c.softcap = 30.f;
-    check(c);
-    c.softcap = 0.f;
-    c.name = "mla fp16";
-    c.dtype = c.kv_dtype = DType::kF16;
-    check(c);
+    check_mla_modes(c, "mla");
   }
 }
 
@@ -363,21 +369,7 @@ TEST(CudaDecode, MlaAbsorbedNarrow) {
       c.name = "mla narrow num_splits 3";
       check(c, {}, [](PagedData& d) { d.params.num_splits = 3; });
       if (sh.hq != 16) continue;
-      Exec det;
-      det.deterministic = true;
-      c.name = "mla narrow deterministic";
-      check(c, det);
-      c.name = "mla narrow window";
-      c.window_left = 100;
-      check(c);
-      c.window_left = -1;
-      c.name = "mla narrow softcap";
-      c.softcap = 30.f;
-      check(c);
-      c.softcap = 0.f;
-      c.name = "mla narrow fp16";
-      c.dtype = c.kv_dtype = DType::kF16;
-      check(c);
+      check_mla_modes(c, "mla narrow");
     }
 }
 

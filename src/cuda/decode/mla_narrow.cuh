@@ -103,8 +103,8 @@ struct MlaNarrow {
     for (int i = t; i < ROWS * Cfg::BLOCKS * 8; i += 128) {
       const int r = i / (Cfg::BLOCKS * 8), c = i % (Cfg::BLOCKS * 8);
       const bool rope = c >= DV / 8;
-      const int64_t off = rope ? MlaWgmma<T, CAP>::row_bytes(p, e, r, p.q_st, p.q_sh)
-                               : MlaWgmma<T, CAP>::row_bytes(p, e, r, p.qv_st, p.qv_sh);
+      const int64_t off = rope ? mla_row_bytes<T>(p, e, r, p.q_st, p.q_sh)
+                               : mla_row_bytes<T>(p, e, r, p.qv_st, p.qv_sh);
       const unsigned char* src =
           static_cast<const unsigned char*>(rope ? p.q : p.qv) + off + (rope ? c - DV / 8 : c) * 16;
       const uint32_t dst = q_addr() + (c >> 3) * QBLK + r * 128 + (((c & 7) ^ (r & 7)) << 4);

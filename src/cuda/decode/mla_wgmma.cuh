@@ -73,6 +73,17 @@ __device__ __forceinline__ float ld_shared_f32(uint32_t a) {
   return v;
 }
 
+// Byte offset of row r of the CTA (entry row row0 + r) in a [tokens, heads, width] tensor of T
+// with element strides st, sh (q and qv); rows past the entry read row 0 (and are zero-filled).
+template <typename T>
+__device__ __forceinline__ int64_t mla_row_bytes(const DecodeParams& p, const DecodeEntry& e, int r,
+                                                 int64_t st, int64_t sh) {
+  const int gr = e.row0 + r;
+  if (gr >= e.rows_total) return 0;
+  return (static_cast<int64_t>(e.token(p, gr)) * st + static_cast<int64_t>(e.head(p, gr)) * sh) *
+         static_cast<int64_t>(sizeof(T));
+}
+
 // The K/V tiles of the Hopper MLA kernels (64 keys: the latent rows as blocks 0-7 and the rope
 // rows as block 8 of the 128-byte-swizzled layout, common/sw128.h), tiles [0, ntiles) of entry e
 // into stage j % S, by the 128 threads of a producer warpgroup (t = 0..127): warps 0-1 copy latent
@@ -151,16 +162,6 @@ struct MlaWgmma {
     mbar_init(q_full(), 128);
   }
 
-  // Byte offset of row r of the CTA (entry row row0 + r) in a [tokens, heads, width] tensor with
-  // element strides st, sh; rows past the entry read row 0 (zero-filled by nvalid).
-  static __device__ __forceinline__ int64_t row_bytes(const DecodeParams& p, const DecodeEntry& e,
-                                                      int r, int64_t st, int64_t sh) {
-    const int gr = e.row0 + r;
-    if (gr >= e.rows_total) return 0;
-    return (static_cast<int64_t>(e.token(p, gr)) * st + static_cast<int64_t>(e.head(p, gr)) * sh) *
-           static_cast<int64_t>(sizeof(T));
-  }
-
   // Producer warpgroup. Warps 0-1 copy latent blocks 0-3 of keys [0, 32) / [32, 64) of each
   // tile, warps 2-3 latent blocks 4-7 and the rope block of the same keys; every lane locates
   // key 32 (warp % 2) + lane (a tile ahead) and the warp shuffles the offsets.
@@ -173,13 +174,13 @@ struct MlaWgmma {
       if (first_half) {
         copy_rows_sw128<DV * 2 / 16, ROWS>(
             q_addr(), static_cast<const unsigned char*>(p.qv),
-            [&](int r) { return row_bytes(p, e, 32 * half + r, p.qv_st, p.qv_sh); }, nvalid, half,
-            lane);
+            [&](int r) { return mla_row_bytes<T>(p, e, 32 * half + r, p.qv_st, p.qv_sh); }, nvalid,
+            half, lane);
       } else {
         copy_rows_sw128<Cfg::D * 2 / 16, ROWS>(
             q_addr() + (DV / 64) * BLK, static_cast<const unsigned char*>(p.q),
-            [&](int r) { return row_bytes(p, e, 32 * half + r, p.q_st, p.q_sh); }, nvalid, half,
-            lane);
+            [&](int r) { return mla_row_bytes<T>(p, e, 32 * half + r, p.q_st, p.q_sh); }, nvalid,
+            half, lane);
       }
       mbar_arrive_on_copies(q_full());
     }
