@@ -46,8 +46,8 @@ for t in $TESTS; do step $t 180 $BIN/$t; done
 # The MLA tests again on kernel.cuh, which the Hopper MLA kernel (mla_wgmma.cuh) otherwise takes.
 step cuda_test_decode_mla_mma 120 env FLASHBACK_DECODE_KERNEL=mma $BIN/cuda_test_decode \
   --gtest_filter='CudaDecode.Mla*'
-# The MLA batches of <= 16 rows again on mla_narrow.cuh's kernel (opt-in until this passes).
-step cuda_test_decode_mla_narrow 120 env FLASHBACK_MLA_NARROW=1 $BIN/cuda_test_decode \
+# The MLA batches of <= 16 rows again on mla_wgmma.cuh's 64-row kernel (mla_narrow.cuh's otherwise).
+step cuda_test_decode_mla_64rows 120 env FLASHBACK_MLA_NARROW=0 $BIN/cuda_test_decode \
   --gtest_filter='CudaDecode.MlaAbsorbedNarrow'
 # The decode tests again as a GPU with 99 KB of shared memory per block (sm_86/89) would choose:
 # the warps-split-keys shapes whose Hopper layout does not fit run on kernel.cuh.

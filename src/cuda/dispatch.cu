@@ -156,10 +156,10 @@ Resolved resolve(const PagedAttentionParams& p, const detail::PagedShape& s, con
   // FLASHBACK_DECODE_NARROW=0 keeps the warps-split-keys kernel's 16-row form for <= 8 rows.
   static const bool narrow_off = env_value("FLASHBACK_DECODE_NARROW") == "0";
   r.dp.narrow_ok = !narrow_off;
-  // FLASHBACK_MLA_NARROW=1 runs MLA batches of <= 16 rows per block on mla_narrow.cuh's kernel
-  // (not yet run on a GPU, so not the default).
-  static const bool mla_narrow = env_value("FLASHBACK_MLA_NARROW") == "1";
-  r.dp.mla_narrow = mla_narrow;
+  // MLA batches of <= 16 rows per block run on mla_narrow.cuh's kernel; FLASHBACK_MLA_NARROW=0
+  // keeps them on mla_wgmma.cuh's 64-row blocks (tests of that kernel at those shapes, A/B).
+  static const bool mla_narrow_off = env_value("FLASHBACK_MLA_NARROW") == "0";
+  r.dp.mla_narrow = !mla_narrow_off;
   const DecodeShape shape =
       decode_shape(s.head_dim, s.head_dim_v, qv, fp8, r.m_tiles, r.dp.hopper_mla, r.dp.smem_block);
   const int resident = shape == DecodeShape::kWarpKeys

@@ -346,8 +346,8 @@ TEST(CudaDecode, MlaAbsorbedVariants) {
 // MLA batches of <= 16 rows per block: 16 heads x 1 query, 8 heads x up to 2 queries (MTP rows
 // with their own causal limits) and 4 x 4, over tile and page boundaries (0, 1, 63-65, 127, 129
 // keys and longer), page sizes 1 and 64, forced splits, the deterministic mode, a window, softcap
-// and fp16. By default mla_wgmma.cuh's 64-row kernel takes them; gpu_final.sh runs the test again
-// with FLASHBACK_MLA_NARROW=1 for mla_narrow.cuh's (keys as the MMAs' M).
+// and fp16. On Hopper mla_narrow.cuh's kernel (keys as the MMAs' M) takes them; gpu_final.sh runs
+// the test again with FLASHBACK_MLA_NARROW=0 for mla_wgmma.cuh's 64-row kernel.
 TEST(CudaDecode, MlaAbsorbedNarrow) {
   struct Shape {
     int hq;

@@ -36,9 +36,10 @@ void launch_decode_wk(const DecodeParams& p, cudaStream_t stream) {
                      stream, p, "decode_wk_kernel");
 }
 
-// MLA absorbed on Hopper: mla_wgmma.cuh's 64-row blocks, or with FLASHBACK_MLA_NARROW=1
-// (opt-in: not yet run on a GPU) mla_narrow.cuh's kernel where every row block holds <= 16 rows
-// (m_tiles == 1: one block per entry and KV head). Softcap is a kernel variant.
+// MLA absorbed on Hopper: mla_narrow.cuh's kernel where every row block holds <= 16 rows
+// (m_tiles == 1: one block per entry and KV head; a quarter of the tensor work), otherwise
+// mla_wgmma.cuh's 64-row blocks (also for m_tiles == 1 with FLASHBACK_MLA_NARROW=0). Softcap is
+// a kernel variant.
 template <typename T>
 void launch_mla_wgmma(const DecodeParams& p, int m_tiles, cudaStream_t stream) {
   using Cfg = MlaWgmmaConfig;

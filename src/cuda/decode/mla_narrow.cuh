@@ -3,10 +3,9 @@
 // for the grids whose row blocks hold <= 16 rows, e.g. DeepSeek's 128 heads over 8 GPUs (16 per
 // GPU) in decode, or 8 heads x 2 MTP tokens.
 //
-// Status (session 13): written and compiled for sm_90a (148 registers, no spills), never run —
-// the session's GPU time ran out. It is opt-in, FLASHBACK_MLA_NARROW=1 (dispatch.cu), until
-// CudaDecode.MlaAbsorbedNarrow, racecheck and memcheck pass with it on an H200 and
-// mla_decode_b128_L4k_h16 is timed against mla_wgmma.cuh (docs/PERFORMANCE_GPU.md, session 13).
+// Status (session 14): the default for those grids (FLASHBACK_MLA_NARROW=0 keeps them on
+// mla_wgmma.cuh). On the H200 mla_decode_b128_L4k_h16 takes 0.146 ms against mla_wgmma.cuh's
+// 0.177 (docs/PERFORMANCE_GPU.md, session 14); CudaDecode.Mla*, racecheck and memcheck clean.
 //
 // Why a kernel of its own: mla_wgmma.cuh computes S = Q K^T with Q as the MMA's M = 64, so 16
 // real rows pay for 64, and with 16 heads the work (not the bytes) bound it (0.178 ms for
