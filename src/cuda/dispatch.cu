@@ -211,6 +211,10 @@ Resolved resolve(const PagedAttentionParams& p, const detail::PagedShape& s, con
   c.lse = d.lse;
   c.lse_st = d.lse_st;
   c.lse_sh = d.lse_sh;
+  // The combine starts while the decode grid's last CTAs run (sm_90+; FLASHBACK_COMBINE_PDL=0
+  // launches it after the grid as an ordinary kernel).
+  static const bool pdl_off = env_value("FLASHBACK_COMBINE_PDL") == "0";
+  c.pdl = facts.cc_major >= 9 && !pdl_off;
   return r;
 }
 

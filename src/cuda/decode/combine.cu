@@ -1,28 +1,45 @@
 // Split-KV combine: one CTA of 4 warps per (token, head) merges the partial states of every
-// split. The first version gave one warp a (token, head) and walked the splits one after
-// another: with one request and 132 splits (decode_b1_L128k) that is 132 dependent rounds of
-// global latency for 32 warps on the whole GPU, ~100 us. Here warp w takes splits w, w + 4, ...
-// (its loads independent, so they overlap), and the four partial sums are added in warp order.
-// The grouping depends only on each split's index, and a split that saw no key carries LSE
-// -inf and contributes exact zeros, so adding empty splits leaves the result bit-identical
-// (the deterministic mode relies on it).
+// split. Warp w takes splits w, w + 4, ... and the four partial sums are added in warp order, so
+// the grouping depends only on each split's index; a split that saw no key carries LSE -inf and
+// weight 0 (its partial row is not read into the sum), so adding empty splits leaves the result
+// bit-identical (the deterministic mode relies on it).
+//
+// Latency is the cost here, not bytes (decode_b1_L128k: 32 CTAs, 33 splits of 512 bytes each):
+// the loads are issued in as few dependent rounds as possible. The first version walked the
+// splits one after another (~100 us for 132 splits); the second loaded each split's LSE and then
+// its row under a branch, two dependent rounds per split of a warp (6.9 us of a 153 us
+// decode_b1_L128k under ncu). Now: one round for the LSEs (every thread one split, maximum
+// through shared memory), then each lane of a warp holds the weight of one of the warp's next
+// 32 splits, and the rows of those splits are loaded without a branch (the weight comes by
+// shuffle; weight 0 selects 0), VEC floats per lane and load.
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "cuda/common/check.cuh"
 #include "cuda/common/dtype.cuh"
+#include "cuda/common/pdl.cuh"
 #include "cuda/decode/launch.h"
 
 namespace flashback::cuda {
 namespace {
 
+template <int DV>
+constexpr int combine_vec() {
+  return DV % 128 == 0 ? 4 : DV % 64 == 0 ? 2 : 1;
+}
+
 template <typename T, int DV>
 __global__ void __launch_bounds__(128) combine_kernel(const CombineParams p) {
-  constexpr int WARPS = 4, NC = (DV + 31) / 32;
+  constexpr int WARPS = 4, VEC = combine_vec<DV>(), NC = (DV + 32 * VEC - 1) / (32 * VEC);
+  // Rows in flight per lane: 32 floats' worth, between 2 and 8 rows.
+  constexpr int U = 32 / (NC * VEC) < 2 ? 2 : 32 / (NC * VEC) > 8 ? 8 : 32 / (NC * VEC);
+  using Vec = std::conditional_t<VEC == 4, float4, std::conditional_t<VEC == 2, float2, float>>;
   __shared__ float red[WARPS];
-  __shared__ float part[WARPS - 1][DV];
+  __shared__ __align__(16) float part[WARPS - 1][DV];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  pdl_wait();  // launched as the decode kernel's programmatic dependent: its workspace is complete
   const int64_t idx = blockIdx.x;  // token * heads_q + head
   const int tok = static_cast<int>(idx / p.heads_q), head = static_cast<int>(idx % p.heads_q);
   const int64_t split_stride = static_cast<int64_t>(p.total_q) * p.heads_q;
@@ -40,28 +57,55 @@ __global__ void __launch_bounds__(128) combine_kernel(const CombineParams p) {
   if (lane == 0) red[warp] = m;
   __syncthreads();
   m = fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3]));
-  float acc[NC];
+  Vec acc[NC];
+  float* a = reinterpret_cast<float*>(acc);
 #pragma unroll
-  for (int c = 0; c < NC; ++c) acc[c] = 0.f;
-  float sum = 0.f;
+  for (int i = 0; i < NC * VEC; ++i) a[i] = 0.f;
+  float sum = 0.f;  // this lane's splits' weights
   if (m != -INFINITY) {
-#pragma unroll 4
-    for (int s = warp; s < p.num_splits; s += WARPS) {
-      const float l = p.ws_lse[s * split_stride + idx];
-      const float w = l == -INFINITY ? 0.f : expf(l - m);
-      sum += w;
-      const float* o = p.ws_o + (s * split_stride + idx) * DV;
+    // Round r: the warp's splits warp + 4 (32 r + k), k = 0..31; lane k holds split k's weight.
+    const int mine = (p.num_splits - warp + WARPS - 1) / WARPS;  // splits of this warp
+    for (int r0 = 0; r0 < mine; r0 += 32) {
+      const int n = min(32, mine - r0);
+      const int64_t s_lane = warp + int64_t{WARPS} * (r0 + lane);
+      const float l = lane < n ? p.ws_lse[s_lane * split_stride + idx] : -INFINITY;
+      const float wl = l == -INFINITY ? 0.f : expf(l - m);
+      sum += wl;
+      // U splits' rows in flight per lane: loaded first, then added in split order. Slots past
+      // n re-read split n - 1 (a valid row) with weight 0 (lanes >= n hold 0).
+      for (int k0 = 0; k0 < n; k0 += U) {
+        Vec x[U][NC];
 #pragma unroll
-      for (int c = 0; c < NC; ++c)
-        if (lane + 32 * c < DV && w != 0.f) acc[c] += w * o[lane + 32 * c];
+        for (int u = 0; u < U; ++u) {
+          const int64_t s = warp + int64_t{WARPS} * (r0 + min(k0 + u, n - 1));
+          const Vec* o = reinterpret_cast<const Vec*>(p.ws_o + (s * split_stride + idx) * DV);
+#pragma unroll
+          for (int c = 0; c < NC; ++c)
+            if ((lane + 32 * c) * VEC < DV) x[u][c] = o[lane + 32 * c];
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const float w = __shfl_sync(0xffffffffu, wl, k0 + u);
+#pragma unroll
+          for (int c = 0; c < NC; ++c) {
+            if ((lane + 32 * c) * VEC >= DV) continue;
+            const float* xf = reinterpret_cast<const float*>(&x[u][c]);
+            float* ac = reinterpret_cast<float*>(&acc[c]);
+#pragma unroll
+            for (int v = 0; v < VEC; ++v) ac[v] = w != 0.f ? fmaf(w, xf[v], ac[v]) : ac[v];
+          }
+        }
+      }
     }
   }
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
   __syncthreads();  // red[] is reused for the sums
   if (lane == 0) red[warp] = sum;
   if (warp > 0) {
 #pragma unroll
     for (int c = 0; c < NC; ++c)
-      if (lane + 32 * c < DV) part[warp - 1][lane + 32 * c] = acc[c];
+      if ((lane + 32 * c) * VEC < DV)
+        *reinterpret_cast<Vec*>(&part[warp - 1][(lane + 32 * c) * VEC]) = acc[c];
   }
   __syncthreads();
   if (warp != 0) return;
@@ -69,21 +113,41 @@ __global__ void __launch_bounds__(128) combine_kernel(const CombineParams p) {
   const float inv = sum > 0.f ? 1.f / sum : 0.f;
 #pragma unroll
   for (int c = 0; c < NC; ++c) {
-    const int col = lane + 32 * c;
-    if (col < DV)
-      out[col] = from_float<T>((((acc[c] + part[0][col]) + part[1][col]) + part[2][col]) * inv);
+    const int col0 = (lane + 32 * c) * VEC;
+    if (col0 >= DV) continue;
+    const float* ac = reinterpret_cast<const float*>(&acc[c]);
+#pragma unroll
+    for (int v = 0; v < VEC; ++v) {
+      const int col = col0 + v;
+      out[col] = from_float<T>((((ac[v] + part[0][col]) + part[1][col]) + part[2][col]) * inv);
+    }
   }
   if (lane == 0 && p.lse)
     p.lse[tok * p.lse_st + head * p.lse_sh] = sum > 0.f ? m + logf(sum) : -INFINITY;
 }
 
+// With p.pdl the combine is the decode kernel's programmatic dependent (common/pdl.cuh): its
+// CTAs are scheduled while the decode grid's last CTAs run and wait in pdl_wait for its end.
+template <typename T, int DV>
+void launch_dv(const CombineParams& p, cudaStream_t stream) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(static_cast<int64_t>(p.total_q) * p.heads_q));
+  cfg.blockDim = dim3(128);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = p.pdl ? 1 : 0;
+  FLASHBACK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, combine_kernel<T, DV>, p));
+}
+
 template <typename T>
 void launch_t(const CombineParams& p, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(static_cast<int64_t>(p.total_q) * p.heads_q));
   switch (p.head_dim_v) {
-#define FB_CASE(DV)                                     \
-  case DV:                                              \
-    combine_kernel<T, DV><<<grid, 128, 0, stream>>>(p); \
+#define FB_CASE(DV)              \
+  case DV:                       \
+    launch_dv<T, DV>(p, stream); \
     break
     FB_CASE(64);
     FB_CASE(80);

@@ -10,6 +10,7 @@
 
 #include "cuda/common/dtype.cuh"
 #include "cuda/common/paged.cuh"
+#include "cuda/common/pdl.cuh"
 #include "cuda/common/visible.cuh"
 #include "cuda/decode/params.h"
 #include "cuda/plan/split_plan.h"
@@ -77,10 +78,12 @@ __device__ __forceinline__ int longest_first_entry(const DecodeParams& p, int z,
 /// kernel orders entries otherwise). Returns false when the CTA has nothing to do. Splits cover
 /// ceil(range / splits) keys rounded up to the tile size N (or p.split_chunk keys in the
 /// deterministic mode). An entry longer than the grid's max_q is outside the kernel's contract: its
-/// output is made NaN (loud) rather than left stale.
+/// output is made NaN (loud) rather than left stale. Every thread of every decode kernel passes
+/// here first, so this is where the grid lets its dependent launch (the combine) start.
 template <typename T, int DV, int ROWS, int N>
 __device__ __forceinline__ bool load_entry(const DecodeParams& p, DecodeEntry& e,
                                            int b = static_cast<int>(blockIdx.z)) {
+  pdl_launch_dependents();  // the split combine (combine.cu) may be scheduled from now on
   e.split = blockIdx.x;
   e.g = blockIdx.y / p.row_blocks;
   const int rb = blockIdx.y % p.row_blocks;
