@@ -16,6 +16,7 @@
 #   times as it ends, and never pipe this script's output through tail).
 #   More binaries: build/gpupkg/var_NAME.tar.xz (a flashback binary, as base.tar.xz) adds a
 #   column NAME. SMALL=1 also runs the decode tests as a 99 KB-per-block GPU would choose.
+#   WL=FILE times the workloads of another workloads file (e.g. one carried in build/gpupkg).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out-gpu}; L="$OUT/logs"; mkdir -p "$L"
@@ -53,7 +54,7 @@ for r in $(seq "${R:-3}"); do
   for v in $order; do
     b=$B/flashback; [[ $v != new && $v != alt* ]] && b=$B/$v/flashback
     e=(); [[ $v == alt* ]] && read -ra e <<< "${alts[${v#alt} - 1]}"
-    timeout 120 env "${e[@]}" "$b" bench --device cuda --workloads "$B/workloads.json" --only "$W" \
+    timeout 120 env "${e[@]}" "$b" bench --device cuda --workloads "${WL:-$B/workloads.json}" --only "$W" \
       --budget "${BUDGET:-0.3}" --json "$L/ab_${v}_$r.json" > "$L/ab_${v}_$r.log" 2>&1
     printf 'round %s %-8s %s\n' "$r" "$v" "$(awk '$2 ~ /^[0-9.]+$/ && NF >= 7 {printf "%s %s  ", $1, $2}' "$L/ab_${v}_$r.log")"
   done

@@ -131,20 +131,27 @@ Resolved resolve(const PagedAttentionParams& p, const detail::PagedShape& s, con
   max_q = std::max<int64_t>(max_q, 1);
   const int64_t group = s.heads_q / s.heads_kv;
   const int64_t rows = group * max_q;
-  r.m_tiles = rows <= 16 ? 1 : 4;
+
+  // MLA absorbed (64 + 512) with 16-bit caches runs on the Hopper kernels (mla_wgmma.cuh,
+  // mla_narrow.cuh) where this build and the device allow it and q's rows can be copied in
+  // 16-byte pieces; FLASHBACK_DECODE_KERNEL=mma keeps kernel.cuh's (tests and A/B timing on a
+  // Hopper GPU).
+  static const bool forced_mma = env_value("FLASHBACK_DECODE_KERNEL") == "mma";
+  const DeviceFacts facts = device_facts(s.device.index);
+  r.dp.hopper_mla = qv && s.head_dim == 64 && s.head_dim_v == 512 && r.kv == KvKind::kSame &&
+                    facts.sm90a && !forced_mma && aligned16(p.q) && aligned16(p.qv);
+  // MLA batches of <= 32 rows per block run on mla_narrow.cuh's kernel (16- or 32-row blocks);
+  // FLASHBACK_MLA_NARROW=0 keeps them on mla_wgmma.cuh's 64-row blocks (tests of that kernel at
+  // those shapes, A/B).
+  static const bool mla_narrow_off = env_value("FLASHBACK_MLA_NARROW") == "0";
+  r.dp.mla_narrow = !mla_narrow_off;
+  // 16-row m-tiles per block: 1 (<= 16 rows), 2 (the narrow MLA kernel's 32-row blocks) or 4.
+  r.m_tiles = rows <= 16 ? 1 : rows <= 32 && r.dp.hopper_mla && r.dp.mla_narrow ? 2 : 4;
   const int64_t row_blocks = (rows + 16 * r.m_tiles - 1) / (16 * r.m_tiles);
   FLASHBACK_CHECK(s.batch <= 65535, "cu_seqlens_q", "at most 65535 entries on CUDA",
                   std::to_string(s.batch));
   FLASHBACK_CHECK(s.heads_kv * row_blocks <= 65535, "k_cache", "fewer KV heads x row blocks",
                   std::to_string(s.heads_kv * row_blocks));
-
-  // MLA absorbed (64 + 512) with 16-bit caches runs on the Hopper kernel (mla_wgmma.cuh) where
-  // this build and the device allow it and q's rows can be copied in 16-byte pieces;
-  // FLASHBACK_DECODE_KERNEL=mma keeps kernel.cuh's (tests and A/B timing on a Hopper GPU).
-  static const bool forced_mma = env_value("FLASHBACK_DECODE_KERNEL") == "mma";
-  const DeviceFacts facts = device_facts(s.device.index);
-  r.dp.hopper_mla = qv && s.head_dim == 64 && s.head_dim_v == 512 && r.kv == KvKind::kSame &&
-                    facts.sm90a && !forced_mma && aligned16(p.q) && aligned16(p.qv);
   const int64_t max_keys = p.table_holds_slots ? s.table_width : s.table_width * s.page_size;
   // Kernels that keep their SM slots for a whole split get one wave of them; kernel.cuh, whose
   // shapes vary more, many waves (split_plan.h).
@@ -156,10 +163,6 @@ Resolved resolve(const PagedAttentionParams& p, const detail::PagedShape& s, con
   // FLASHBACK_DECODE_NARROW=0 keeps the warps-split-keys kernel's 16-row form for <= 8 rows.
   static const bool narrow_off = env_value("FLASHBACK_DECODE_NARROW") == "0";
   r.dp.narrow_ok = !narrow_off;
-  // MLA batches of <= 16 rows per block run on mla_narrow.cuh's kernel; FLASHBACK_MLA_NARROW=0
-  // keeps them on mla_wgmma.cuh's 64-row blocks (tests of that kernel at those shapes, A/B).
-  static const bool mla_narrow_off = env_value("FLASHBACK_MLA_NARROW") == "0";
-  r.dp.mla_narrow = !mla_narrow_off;
   const DecodeShape shape =
       decode_shape(s.head_dim, s.head_dim_v, qv, fp8, r.m_tiles, r.dp.hopper_mla, r.dp.smem_block);
   const int resident = shape == DecodeShape::kWarpKeys

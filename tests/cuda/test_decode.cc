@@ -343,18 +343,22 @@ TEST(CudaDecode, MlaAbsorbedVariants) {
   }
 }
 
-// MLA batches of <= 16 rows per block: 16 heads x 1 query, 8 heads x up to 2 queries (MTP rows
-// with their own causal limits) and 4 x 4, over tile and page boundaries (0, 1, 63-65, 127, 129
-// keys and longer), page sizes 1 and 64, forced splits, the deterministic mode, a window, softcap
-// and fp16. On Hopper mla_narrow.cuh's kernel (keys as the MMAs' M) takes them; gpu_final.sh runs
-// the test again with FLASHBACK_MLA_NARROW=0 for mla_wgmma.cuh's 64-row kernel.
+// MLA batches of <= 32 rows per block. 16 rows: 16 heads x 1 query, 8 heads x up to 2 queries
+// (MTP rows with their own causal limits) and 4 x 4; 32 rows: 16 heads x up to 2 queries and
+// 32 x 1. Over tile and page boundaries (0, 1, 63-65, 127, 129 keys and longer), page sizes 1 and
+// 64, forced splits, and for 16 heads the deterministic mode, a window, softcap and fp16. On
+// Hopper mla_narrow.cuh's kernel (keys as the MMAs' M; 16- and 32-row instances) takes them;
+// gpu_final.sh runs the test again with FLASHBACK_MLA_NARROW=0 for mla_wgmma.cuh's 64-row kernel.
 TEST(CudaDecode, MlaAbsorbedNarrow) {
   struct Shape {
     int hq;
     std::vector<int> q_lens;
   };
-  const std::vector<Shape> shapes = {
-      {16, {1, 1, 1, 1, 1, 1, 1, 1}}, {8, {1, 2, 2, 1, 2, 1, 2, 2}}, {4, {1, 1, 3, 4, 2, 4, 1, 4}}};
+  const std::vector<Shape> shapes = {{16, {1, 1, 1, 1, 1, 1, 1, 1}},
+                                     {8, {1, 2, 2, 1, 2, 1, 2, 2}},
+                                     {4, {1, 1, 3, 4, 2, 4, 1, 4}},
+                                     {16, {2, 1, 2, 2, 1, 2, 2, 1}},
+                                     {32, {1, 1, 1, 1, 1, 1, 1, 1}}};
   for (const Shape& sh : shapes)
     for (int P : {1, 64}) {
       AttentionCase c = decode_case(64, sh.hq, 1, P, {0, 1, 63, 64, 65, 127, 129, 1000});

@@ -107,8 +107,9 @@ __device__ __forceinline__ void wgmma_ss_n128(float (&d)[16][4], uint64_t a, uin
       "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), \
       "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
 
-/// d (+)= A B for a 64 x 32 x 16 step, A and B K-major from shared memory.
-template <typename T>
+/// d (+)= A B for a 64 x 32 x 16 step from shared memory, B K-major; A K-major, or MN-major
+/// when A_MN (as wgmma_ss_n16).
+template <typename T, bool A_MN = false>
 __device__ __forceinline__ void wgmma_ss_n32(float (&d)[4][4], uint64_t a, uint64_t b,
                                              bool accumulate) {
 #ifdef FLASHBACK_WGMMA
@@ -116,16 +117,16 @@ __device__ __forceinline__ void wgmma_ss_n32(float (&d)[4][4], uint64_t a, uint6
     asm volatile(
         "{\n .reg .pred p;\n setp.ne.b32 p, %18, 0;\n"
         " wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " FLASHBACK_WG_D32
-        ", %16, %17, p, 1, 1, 0, 0;\n}\n"
+        ", %16, %17, p, 1, 1, %19, 0;\n}\n"
         : FLASHBACK_WG_ACC32
-        : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
+        : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)), "n"(A_MN ? 1 : 0));
   } else {
     asm volatile(
         "{\n .reg .pred p;\n setp.ne.b32 p, %18, 0;\n"
         " wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 " FLASHBACK_WG_D32
-        ", %16, %17, p, 1, 1, 0, 0;\n}\n"
+        ", %16, %17, p, 1, 1, %19, 0;\n}\n"
         : FLASHBACK_WG_ACC32
-        : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
+        : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)), "n"(A_MN ? 1 : 0));
   }
 #endif
 }
@@ -163,6 +164,18 @@ __device__ __forceinline__ void wgmma_ss_n16(float (&d)[2][4], uint64_t a, uint6
 }
 #undef FLASHBACK_WG_D16
 #undef FLASHBACK_WG_ACC16
+
+/// The m64nNk16 step for N = 8 NB (NB = 2: wgmma_ss_n16, NB = 4: wgmma_ss_n32), for kernels
+/// templated on their N (the narrow MLA kernel's rows).
+template <typename T, bool A_MN = false, int NB>
+__device__ __forceinline__ void wgmma_ss_nb(float (&d)[NB][4], uint64_t a, uint64_t b,
+                                            bool accumulate) {
+  static_assert(NB == 2 || NB == 4, "m64n16 or m64n32");
+  if constexpr (NB == 2)
+    wgmma_ss_n16<T, A_MN>(d, a, b, accumulate);
+  else
+    wgmma_ss_n32<T, A_MN>(d, a, b, accumulate);
+}
 
 /// d += A B for a 64 x 128 x 16 step, A from registers (the mma.sync m16n8k16 A fragment of the
 /// warp's 16 rows) and B MN-major from shared memory.

@@ -43,31 +43,35 @@
 
 namespace flashback::cuda {
 
+template <int ROWS_>
 struct MlaNarrowConfig {
   static constexpr int D = 64, DV = 512;  // rope and latent widths
-  static constexpr int ROWS = 16;         // (query, head) rows per CTA: the MMAs' N
+  static constexpr int ROWS = ROWS_;      // (query, head) rows per CTA: the MMAs' N (16 or 32)
+  static constexpr int NB = ROWS / 8;     // n8 blocks of an accumulator
   static constexpr int N = 64;            // keys per tile: the MMAs' M
   static constexpr int STAGES = 2;
   static constexpr int THREADS = 256;  // consumer warpgroup, producer warpgroup
   static constexpr int BLOCKS = (D + DV) / 64;
   static constexpr int QBLK = ROWS * 128, BLK = N * 128;             // bytes of a 64-column block
-  static constexpr int Q_BYTES = BLOCKS * QBLK;                      // 18 KB
+  static constexpr int Q_BYTES = BLOCKS * QBLK;                      // 18 or 36 KB
   static constexpr int STAGE_BYTES = BLOCKS * BLK;                   // 72 KB, as mla_wgmma.cuh's
   static constexpr int P_BYTES = ROWS * 128;                         // [row][64 keys], swizzled
   static constexpr int RED_BYTES = 2 * 4 * ROWS * 4 + 4 * ROWS * 4;  // tile maxima x2, row sums
   static constexpr int BARS = 2 * STAGES + 1;                        // full, empty; q_full
   static constexpr int SMEM_BYTES =
       1024 + Q_BYTES + STAGES * STAGE_BYTES + P_BYTES + RED_BYTES + 8 * BARS;
+  static_assert(ROWS == 16 || ROWS == 32, "m64n16 or m64n32");
   static_assert(Q_BYTES % 1024 == 0, "the stages start on 1024-byte boundaries");
   static_assert(SMEM_BYTES <= 227 * 1024, "shared memory per CTA exceeds 227 KB");
   static_assert(N == MlaWgmmaConfig::N && DV == MlaWgmmaConfig::DV && D == MlaWgmmaConfig::D,
                 "the stages are mla_wgmma.cuh's (mla_copy_tiles)");
 };
 
-template <typename T, bool CAP>
+template <typename T, bool CAP, int ROWS_>
 struct MlaNarrow {
-  using Cfg = MlaNarrowConfig;
+  using Cfg = MlaNarrowConfig<ROWS_>;
   static constexpr int N = Cfg::N, ROWS = Cfg::ROWS, DV = Cfg::DV, S = Cfg::STAGES;
+  static constexpr int NB = Cfg::NB, RI = 2 * NB;  // n8 blocks; rows per thread
   static constexpr int QBLK = Cfg::QBLK, BLK = Cfg::BLK;
 
   uint32_t base;  // 1024-byte aligned: Q, the stages, P, the row reductions, the barriers
@@ -94,7 +98,7 @@ struct MlaNarrow {
     mbar_init(q_full(), 128);
   }
 
-  // Producer warpgroup: Q's 16 rows (72 16-byte chunks each: q_nope's 64 into blocks 0-7,
+  // Producer warpgroup: Q's ROWS rows (72 16-byte chunks each: q_nope's 64 into blocks 0-7,
   // q_rope's 8 into block 8; rows past the entry zero-filled), then the tiles.
   __device__ void produce(const DecodeParams& p, const DecodeEntry& e, int ntiles) const {
     const int t = threadIdx.x - 128;
@@ -117,26 +121,26 @@ struct MlaNarrow {
 
   // S^T = K Q^T for stage s: 36 k-steps (latent blocks 0-7, then the rope block), K as A and Q as
   // B, both K-major from shared memory.
-  __device__ __forceinline__ void issue_s(int s, float (&st)[2][4]) const {
+  __device__ __forceinline__ void issue_s(int s, float (&st)[NB][4]) const {
     const uint32_t ka = sw128_desc_lo(stage(s), 16), qb = sw128_desc_lo(q_addr(), 16);
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < Cfg::BLOCKS * 4; ++ks)
-      wgmma_ss_n16<T>(st, sw128_desc_at(ka, (ks >> 2) * BLK + (ks & 3) * 32),
-                      sw128_desc_at(qb, (ks >> 2) * QBLK + (ks & 3) * 32), ks > 0);
+      wgmma_ss_nb<T>(st, sw128_desc_at(ka, (ks >> 2) * BLK + (ks & 3) * 32),
+                     sw128_desc_at(qb, (ks >> 2) * QBLK + (ks & 3) * 32), ks > 0);
     wgmma_commit();
   }
   // O^T += V^T P^T over stage s's 64 keys: m-block mb is V's columns [64 mb, 64 mb + 64) (latent
   // block mb, read MN-major as A), P [row][key] as B (K-major).
-  __device__ __forceinline__ void issue_pv(int s, float (&acc)[8][2][4]) const {
+  __device__ __forceinline__ void issue_pv(int s, float (&acc)[8][NB][4]) const {
     const uint32_t va = sw128_desc_lo(stage(s), BLK), pb = sw128_desc_lo(p_addr(), 16);
     wgmma_fence();
 #pragma unroll
     for (int mb = 0; mb < DV / 64; ++mb)
 #pragma unroll
       for (int kk = 0; kk < N / 16; ++kk)
-        wgmma_ss_n16<T, true>(acc[mb], sw128_desc_at(va, mb * BLK + kk * 16 * 128),
-                              sw128_desc_at(pb, kk * 32), true);
+        wgmma_ss_nb<T, true>(acc[mb], sw128_desc_at(va, mb * BLK + kk * 16 * 128),
+                             sw128_desc_at(pb, kk * 32), true);
     wgmma_commit();
   }
 
@@ -146,9 +150,9 @@ struct MlaNarrow {
     // 16 w + g + 8 (x >> 1) (a key of the tile, or a V column of the m-block), row
     // 8 j + 2 quad + (x & 1). This thread's rows, as ri = 2 j + (x & 1):
     const auto row_of = [quad](int ri) { return 8 * (ri >> 1) + 2 * quad + (ri & 1); };
-    KeyRange rr[4];
+    KeyRange rr[RI];
 #pragma unroll
-    for (int ri = 0; ri < 4; ++ri) {
+    for (int ri = 0; ri < RI; ++ri) {
       const int gr = e.row0 + row_of(ri);
       rr[ri] =
           gr < e.rows_total ? visible_keys(p, gr / p.group, e.q_len, e.kv_len) : KeyRange{1, 0};
@@ -156,15 +160,15 @@ struct MlaNarrow {
     const float mul = p.scale * kLog2e;
     const float cin = CAP ? p.scale / p.softcap : 0.f, cout = CAP ? p.softcap * kLog2e : 0.f;
 
-    float acc[8][2][4];
+    float acc[8][NB][4];
 #pragma unroll
     for (int mb = 0; mb < 8; ++mb)
 #pragma unroll
-      for (int j = 0; j < 2; ++j)
+      for (int j = 0; j < NB; ++j)
         acc[mb][j][0] = acc[mb][j][1] = acc[mb][j][2] = acc[mb][j][3] = 0.f;
-    float m_run[4], l_part[4];
+    float m_run[RI], l_part[RI];
 #pragma unroll
-    for (int ri = 0; ri < 4; ++ri) {
+    for (int ri = 0; ri < RI; ++ri) {
       m_run[ri] = -INFINITY;
       l_part[ri] = 0.f;
     }
@@ -174,16 +178,18 @@ struct MlaNarrow {
       const int s = t % S, buf = t & 1;
       mbar_wait(full(s), (t / S) & 1);
       fence_proxy_async_smem();  // cp.async wrote the stage through the generic proxy
-      float st[2][4];
+      float st[NB][4];
       issue_s(s, st);
       wgmma_wait<0>();
       reg_fence(st);
 
       // Logits, the key-range mask and this warp's maxima per row (its 16 keys).
       const int k0 = e.begin + t * N, kw = k0 + 16 * w + g;
-      float mx[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+      float mx[RI];
 #pragma unroll
-      for (int j = 0; j < 2; ++j)
+      for (int ri = 0; ri < RI; ++ri) mx[ri] = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < NB; ++j)
 #pragma unroll
         for (int x = 0; x < 4; ++x) {
           const int ri = 2 * j + (x & 1), key = kw + 8 * (x >> 1);
@@ -193,7 +199,7 @@ struct MlaNarrow {
           mx[ri] = fmaxf(mx[ri], v);
         }
 #pragma unroll
-      for (int ri = 0; ri < 4; ++ri) {
+      for (int ri = 0; ri < RI; ++ri) {
 #pragma unroll
         for (int o = 4; o < 32; o <<= 1) mx[ri] = fmaxf(mx[ri], __shfl_xor_sync(~0u, mx[ri], o));
         if (g == 0) st_shared_f32(red(buf, w, row_of(ri)), mx[ri]);
@@ -201,10 +207,10 @@ struct MlaNarrow {
       named_barrier_sync<1, 128>();
       // The tile's row maxima (the same for every thread), the new running maxima (lazy, per
       // row: kept while a row grows by <= 2^8) and O's factors.
-      float alpha[4], m_use[4];
+      float alpha[RI], m_use[RI];
       bool moved = false;
 #pragma unroll
-      for (int ri = 0; ri < 4; ++ri) {
+      for (int ri = 0; ri < RI; ++ri) {
         float m = m_run[ri];
 #pragma unroll
         for (int ww = 0; ww < 4; ++ww) m = fmaxf(m, ld_shared_f32(red(buf, ww, row_of(ri))));
@@ -219,7 +225,7 @@ struct MlaNarrow {
       }
       // P into [row][key], swizzled: row r's keys 8 c .. 8 c + 7 at chunk c ^ (r % 8).
 #pragma unroll
-      for (int j = 0; j < 2; ++j)
+      for (int j = 0; j < NB; ++j)
 #pragma unroll
         for (int x = 0; x < 4; ++x) {
           const int ri = 2 * j + (x & 1), r = row_of(ri), key = 16 * w + g + 8 * (x >> 1);
@@ -235,7 +241,7 @@ struct MlaNarrow {
 #pragma unroll
         for (int mb = 0; mb < 8; ++mb)
 #pragma unroll
-          for (int j = 0; j < 2; ++j)
+          for (int j = 0; j < NB; ++j)
 #pragma unroll
             for (int x = 0; x < 4; ++x) acc[mb][j][x] *= alpha[2 * j + (x & 1)];
       }
@@ -248,15 +254,15 @@ struct MlaNarrow {
 
     // Row sums: over the warp's lanes of the same quad, then the four warps.
 #pragma unroll
-    for (int ri = 0; ri < 4; ++ri) {
+    for (int ri = 0; ri < RI; ++ri) {
 #pragma unroll
       for (int o = 4; o < 32; o <<= 1) l_part[ri] += __shfl_xor_sync(~0u, l_part[ri], o);
       if (g == 0) st_shared_f32(lsum(w, row_of(ri)), l_part[ri]);
     }
     named_barrier_sync<3, 128>();
-    float inv[4];
+    float inv[RI];
 #pragma unroll
-    for (int ri = 0; ri < 4; ++ri) {
+    for (int ri = 0; ri < RI; ++ri) {
       const int r = row_of(ri), gr = e.row0 + r;
       const float l = ld_shared_f32(lsum(0, r)) + ld_shared_f32(lsum(1, r)) +
                       ld_shared_f32(lsum(2, r)) + ld_shared_f32(lsum(3, r));
@@ -271,7 +277,7 @@ struct MlaNarrow {
       }
     }
 #pragma unroll
-    for (int ri = 0; ri < 4; ++ri) {
+    for (int ri = 0; ri < RI; ++ri) {
       const int gr = e.row0 + row_of(ri);
       if (gr >= e.rows_total) continue;
       const int tok = e.token(p, gr), head = e.head(p, gr);
@@ -292,15 +298,15 @@ struct MlaNarrow {
   }
 };
 
-template <typename T, bool CAP>
-__global__ void __launch_bounds__(MlaNarrowConfig::THREADS, 1)
+template <typename T, bool CAP, int ROWS>
+__global__ void __launch_bounds__(MlaNarrowConfig<ROWS>::THREADS, 1)
     mla_narrow_kernel(const DecodeParams p) {
 #ifdef FLASHBACK_WGMMA
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   DecodeEntry e;
   int ntiles;
-  MlaNarrow<T, CAP> k;
-  if (!mla_begin<T, MlaNarrowConfig::ROWS>(p, e, ntiles, k, smem_raw)) return;
+  MlaNarrow<T, CAP, ROWS> k;
+  if (!mla_begin<T, ROWS>(p, e, ntiles, k, smem_raw)) return;
   if (threadIdx.x >= 128)
     k.produce(p, e, ntiles);
   else
