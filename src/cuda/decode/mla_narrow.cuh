@@ -1,29 +1,31 @@
-// The Hopper MLA decode kernel for at most 16 rows of (query, head) per entry (sm_90a): MLA
-// absorbed attention (logits q_rope . k_rope + q_nope . c_kv, output softmax . c_kv, 512 wide)
-// for the grids whose row blocks hold <= 16 rows, e.g. DeepSeek's 128 heads over 8 GPUs (16 per
-// GPU) in decode, or 8 heads x 2 MTP tokens.
+// The Hopper MLA decode kernel for at most 16 or 32 rows of (query, head) per entry (sm_90a):
+// MLA absorbed attention (logits q_rope . k_rope + q_nope . c_kv, output softmax . c_kv, 512
+// wide) for the grids whose row blocks hold <= 32 rows, e.g. DeepSeek's 128 heads over 8 GPUs
+// (16 per GPU) in decode or with one MTP token (32 rows), 8 heads x 2 MTP tokens, or 32 heads.
 //
 // Status (session 14): the default for those grids (FLASHBACK_MLA_NARROW=0 keeps them on
-// mla_wgmma.cuh). On the H200 mla_decode_b128_L4k_h16 takes 0.146 ms against mla_wgmma.cuh's
-// 0.177 (docs/PERFORMANCE_GPU.md, session 14); CudaDecode.Mla*, racecheck and memcheck clean.
+// mla_wgmma.cuh). On the H200 mla_decode_b128_L4k_h16 takes 0.146-0.149 ms against
+// mla_wgmma.cuh's 0.177-0.184, and 32-row blocks (16 heads x 2 tokens, 32 heads) 0.164 against
+// 0.194 (docs/PERFORMANCE_GPU.md, session 14); CudaDecode.Mla*, racecheck and memcheck clean.
 //
 // Why a kernel of its own: mla_wgmma.cuh computes S = Q K^T with Q as the MMA's M = 64, so 16
 // real rows pay for 64, and with 16 heads the work (not the bytes) bound it (0.178 ms for
 // mla_decode_b128_L4k_h16, the same as the 128-head shape). Here the keys are M ("swap AB", as
-// the short-query kernel's narrow form): S^T = K Q^T (64 keys x 16 rows, m64n16k16, 36 k-steps)
-// and O^T = V^T P^T (512 columns x 16 rows: 8 m-blocks of m64n16k16, 4 k-steps each), a quarter
-// of the tensor work, so the kernel is left with the copies.
+// the short-query kernel's narrow form): S^T = K Q^T (64 keys x ROWS rows, m64nROWSk16, 36
+// k-steps) and O^T = V^T P^T (512 columns x ROWS rows: 8 m-blocks of m64nROWSk16, 4 k-steps
+// each), a quarter (16 rows) or half (32) of the tensor work, so the kernel is left with the
+// copies. ROWS = 16 holds O^T in 64 fp32 registers per thread (148 in all), 32 in 128 (225).
 //
 // Shape: one consumer warpgroup (threads 0-127) and one producer warpgroup (128-255). The
-// producer copies Q once (16 rows: q_nope as blocks 0-7 and q_rope as block 8, 2 KB each) and
-// then every 64-key tile into one of two 72 KB stages exactly as mla_wgmma.cuh's producer does
-// (mla_copy_tiles). The consumer: S^T with K (A, K-major) and Q (B, K-major) from shared memory;
-// each row's tile maximum across the four warps (each holds 16 keys) through shared memory and
-// named barrier 1; P (16-bit) into a swizzled 16 x 64 block [row][key] (B of O^T, K-major),
-// named barrier 2; O^T += V^T P^T with V read MN-major as A (the latent blocks as they lie).
-// Every thread derives the same new row maxima from the same shared values, so the lazy rescale
-// is decided per row with no vote. Softcap, every key-range rule (visible_keys), LSE and split-KV
-// through the same workspace and combine as the other kernels.
+// producer copies Q once (ROWS rows: q_nope as blocks 0-7 and q_rope as block 8, ROWS x 128 bytes
+// each) and then every 64-key tile into one of two 72 KB stages exactly as mla_wgmma.cuh's
+// producer does (mla_copy_tiles). The consumer: S^T with K (A, K-major) and Q (B, K-major) from
+// shared memory; each row's tile maximum across the four warps (each holds 16 keys) through
+// shared memory and named barrier 1; P (16-bit) into a swizzled ROWS x 64 block [row][key] (B of
+// O^T, K-major), named barrier 2; O^T += V^T P^T with V read MN-major as A (the latent blocks as
+// they lie). Every thread derives the same new row maxima from the same shared values, so the
+// lazy rescale is decided per row with no vote. Softcap, every key-range rule (visible_keys),
+// LSE and split-KV through the same workspace and combine as the other kernels.
 #pragma once
 
 #include <cuda_runtime.h>
