@@ -33,8 +33,10 @@ constexpr int combine_vec() {
 template <typename T, int DV>
 __global__ void __launch_bounds__(128) combine_kernel(const CombineParams p) {
   constexpr int WARPS = 4, VEC = combine_vec<DV>(), NC = (DV + 32 * VEC - 1) / (32 * VEC);
-  // Rows in flight per lane: 32 floats' worth, between 2 and 8 rows.
-  constexpr int U = 32 / (NC * VEC) < 2 ? 2 : 32 / (NC * VEC) > 8 ? 8 : 32 / (NC * VEC);
+  // Rows in flight per lane: about 32 floats' worth, a power of two between 2 and 8 rows (so
+  // that U divides the 32 splits of a round and k0 + u < 32 names a lane).
+  constexpr int U = NC * VEC <= 4 ? 8 : NC * VEC <= 8 ? 4 : 2;
+  static_assert(32 % U == 0, "a round's 32 splits in whole groups of U");
   using Vec = std::conditional_t<VEC == 4, float4, std::conditional_t<VEC == 2, float2, float>>;
   __shared__ float red[WARPS];
   __shared__ __align__(16) float part[WARPS - 1][DV];
@@ -128,8 +130,20 @@ __global__ void __launch_bounds__(128) combine_kernel(const CombineParams p) {
 
 // With p.pdl the combine is the decode kernel's programmatic dependent (common/pdl.cuh): its
 // CTAs are scheduled while the decode grid's last CTAs run and wait in pdl_wait for its end.
+// Only where the kernel the device runs was compiled for sm_90+ (its pdl_wait is compiled out
+// below that: compute_80 PTX JIT-compiled for a newer GPU must not start early).
 template <typename T, int DV>
 void launch_dv(const CombineParams& p, cudaStream_t stream) {
+  bool pdl = p.pdl;
+  if (pdl) {
+    cudaFuncAttributes a{};
+    if (cudaFuncGetAttributes(&a, combine_kernel<T, DV>) != cudaSuccess) {
+      static_cast<void>(cudaGetLastError());  // not a launch error: launch it plainly
+      pdl = false;
+    } else {
+      pdl = a.binaryVersion >= 90;
+    }
+  }
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(static_cast<unsigned>(static_cast<int64_t>(p.total_q) * p.heads_q));
   cfg.blockDim = dim3(128);
@@ -138,7 +152,7 @@ void launch_dv(const CombineParams& p, cudaStream_t stream) {
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr.val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = &attr;
-  cfg.numAttrs = p.pdl ? 1 : 0;
+  cfg.numAttrs = pdl ? 1 : 0;
   FLASHBACK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, combine_kernel<T, DV>, p));
 }
 

@@ -83,7 +83,7 @@ __device__ __forceinline__ int longest_first_entry(const DecodeParams& p, int z,
 template <typename T, int DV, int ROWS, int N>
 __device__ __forceinline__ bool load_entry(const DecodeParams& p, DecodeEntry& e,
                                            int b = static_cast<int>(blockIdx.z)) {
-  pdl_launch_dependents();  // the split combine (combine.cu) may be scheduled from now on
+  if (p.use_workspace) pdl_launch_dependents();  // the split combine (combine.cu) may start
   e.split = blockIdx.x;
   e.g = blockIdx.y / p.row_blocks;
   const int rb = blockIdx.y % p.row_blocks;

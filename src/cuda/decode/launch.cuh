@@ -1,6 +1,7 @@
 // Launch of the short-query paged attention kernel for one (head dims, q dtype) instance: picks
-// the row tiles (1 or 4 m-tiles) and the KV kind at run time. Included only by the generated
-// instance files (one head-dim x dtype combination each, listed by src/cuda/sources.cmake).
+// the row tiles (1 or 4 m-tiles; 2 only for the narrow MLA kernel) and the KV kind at run time.
+// Included only by the generated instance files (one head-dim x dtype combination each, listed by
+// src/cuda/sources.cmake).
 #pragma once
 
 #include <cuda_runtime.h>

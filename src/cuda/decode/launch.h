@@ -10,7 +10,8 @@ namespace flashback::cuda {
 
 enum class KvKind : int;
 
-// One instance (decode_<D>_<DV>_<bf16|f16>): (params, m-tiles 1 or 4, KV kind, cudaStream_t).
+// One instance (decode_<D>_<DV>_<bf16|f16>): (params, 16-row m-tiles per block: 1 or 4, or 2 for
+// the narrow MLA kernel's 32-row blocks; KV kind, cudaStream_t).
 using DecodeLaunchFn = void (*)(const DecodeParams&, int, KvKind, void*);
 
 // Merges the splits of the workspace into the output, in split order (so the result does not
