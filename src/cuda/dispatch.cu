@@ -214,10 +214,12 @@ Resolved resolve(const PagedAttentionParams& p, const detail::PagedShape& s, con
   c.lse = d.lse;
   c.lse_st = d.lse_st;
   c.lse_sh = d.lse_sh;
-  // The combine starts while the decode grid's last CTAs run (sm_90+; FLASHBACK_COMBINE_PDL=0
-  // launches it after the grid as an ordinary kernel).
+  // The combine starts while the decode grid's last CTAs run, where the device runs this
+  // library's sm_90a code (facts.sm90a: there pdl_wait is compiled in; other builds and GPUs,
+  // e.g. compute_80 PTX JIT-compiled for a newer one, launch it plainly). FLASHBACK_COMBINE_PDL=0
+  // launches it after the grid as an ordinary kernel.
   static const bool pdl_off = env_value("FLASHBACK_COMBINE_PDL") == "0";
-  c.pdl = facts.cc_major >= 9 && !pdl_off;
+  c.pdl = facts.sm90a && !pdl_off;
   return r;
 }
 

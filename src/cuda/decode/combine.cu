@@ -38,6 +38,8 @@ __global__ void __launch_bounds__(128) combine_kernel(const CombineParams p) {
   constexpr int U = NC * VEC <= 4 ? 8 : NC * VEC <= 8 ? 4 : 2;
   static_assert(32 % U == 0, "a round's 32 splits in whole groups of U");
   using Vec = std::conditional_t<VEC == 4, float4, std::conditional_t<VEC == 2, float2, float>>;
+  // Chunk c of a lane: columns [(lane + 32 c) VEC, + VEC), when inside the row.
+  const auto owns = [](int lane, int c) { return (lane + 32 * c) * VEC < DV; };
   __shared__ float red[WARPS];
   __shared__ __align__(16) float part[WARPS - 1][DV];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -83,14 +85,14 @@ __global__ void __launch_bounds__(128) combine_kernel(const CombineParams p) {
           const Vec* o = reinterpret_cast<const Vec*>(p.ws_o + (s * split_stride + idx) * DV);
 #pragma unroll
           for (int c = 0; c < NC; ++c)
-            if ((lane + 32 * c) * VEC < DV) x[u][c] = o[lane + 32 * c];
+            if (owns(lane, c)) x[u][c] = o[lane + 32 * c];
         }
 #pragma unroll
         for (int u = 0; u < U; ++u) {
           const float w = __shfl_sync(0xffffffffu, wl, k0 + u);
 #pragma unroll
           for (int c = 0; c < NC; ++c) {
-            if ((lane + 32 * c) * VEC >= DV) continue;
+            if (!owns(lane, c)) continue;
             const float* xf = reinterpret_cast<const float*>(&x[u][c]);
             float* ac = reinterpret_cast<float*>(&acc[c]);
 #pragma unroll
@@ -106,8 +108,7 @@ __global__ void __launch_bounds__(128) combine_kernel(const CombineParams p) {
   if (warp > 0) {
 #pragma unroll
     for (int c = 0; c < NC; ++c)
-      if ((lane + 32 * c) * VEC < DV)
-        *reinterpret_cast<Vec*>(&part[warp - 1][(lane + 32 * c) * VEC]) = acc[c];
+      if (owns(lane, c)) *reinterpret_cast<Vec*>(&part[warp - 1][(lane + 32 * c) * VEC]) = acc[c];
   }
   __syncthreads();
   if (warp != 0) return;
@@ -115,8 +116,8 @@ __global__ void __launch_bounds__(128) combine_kernel(const CombineParams p) {
   const float inv = sum > 0.f ? 1.f / sum : 0.f;
 #pragma unroll
   for (int c = 0; c < NC; ++c) {
+    if (!owns(lane, c)) continue;
     const int col0 = (lane + 32 * c) * VEC;
-    if (col0 >= DV) continue;
     const float* ac = reinterpret_cast<const float*>(&acc[c]);
 #pragma unroll
     for (int v = 0; v < VEC; ++v) {
@@ -130,20 +131,8 @@ __global__ void __launch_bounds__(128) combine_kernel(const CombineParams p) {
 
 // With p.pdl the combine is the decode kernel's programmatic dependent (common/pdl.cuh): its
 // CTAs are scheduled while the decode grid's last CTAs run and wait in pdl_wait for its end.
-// Only where the kernel the device runs was compiled for sm_90+ (its pdl_wait is compiled out
-// below that: compute_80 PTX JIT-compiled for a newer GPU must not start early).
 template <typename T, int DV>
 void launch_dv(const CombineParams& p, cudaStream_t stream) {
-  bool pdl = p.pdl;
-  if (pdl) {
-    cudaFuncAttributes a{};
-    if (cudaFuncGetAttributes(&a, combine_kernel<T, DV>) != cudaSuccess) {
-      static_cast<void>(cudaGetLastError());  // not a launch error: launch it plainly
-      pdl = false;
-    } else {
-      pdl = a.binaryVersion >= 90;
-    }
-  }
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(static_cast<unsigned>(static_cast<int64_t>(p.total_q) * p.heads_q));
   cfg.blockDim = dim3(128);
@@ -152,7 +141,7 @@ void launch_dv(const CombineParams& p, cudaStream_t stream) {
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr.val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = &attr;
-  cfg.numAttrs = pdl ? 1 : 0;
+  cfg.numAttrs = p.pdl ? 1 : 0;
   FLASHBACK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, combine_kernel<T, DV>, p));
 }
 

@@ -25,7 +25,8 @@ struct CombineParams {
   int64_t out_st = 0, out_sh = 0;
   float* lse = nullptr;
   int64_t lse_st = 0, lse_sh = 0;
-  // Launch as the decode kernel's programmatic dependent (sm_90+; dispatch.cu decides).
+  // Launch as the decode kernel's programmatic dependent (sm_90a code on a 9.0 device;
+  // dispatch.cu decides).
   bool pdl = false;
 };
 void launch_combine(const CombineParams& p, void* stream);
