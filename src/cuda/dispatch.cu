@@ -140,13 +140,15 @@ Resolved resolve(const PagedAttentionParams& p, const detail::PagedShape& s, con
   const DeviceFacts facts = device_facts(s.device.index);
   r.dp.hopper_mla = qv && s.head_dim == 64 && s.head_dim_v == 512 && r.kv == KvKind::kSame &&
                     facts.sm90a && !forced_mma && aligned16(p.q) && aligned16(p.qv);
-  // MLA batches of <= 32 rows per block run on mla_narrow.cuh's kernel (16- or 32-row blocks);
-  // FLASHBACK_MLA_NARROW=0 keeps them on mla_wgmma.cuh's 64-row blocks (tests of that kernel at
-  // those shapes, A/B).
-  static const bool mla_narrow_off = env_value("FLASHBACK_MLA_NARROW") == "0";
-  r.dp.mla_narrow = !mla_narrow_off;
-  // 16-row m-tiles per block: 1 (<= 16 rows), 2 (the narrow MLA kernel's 32-row blocks) or 4.
-  r.m_tiles = rows <= 16 ? 1 : rows <= 32 && r.dp.hopper_mla && r.dp.mla_narrow ? 2 : 4;
+  // 16-row m-tiles per block, which also names the Hopper MLA kernel (launch.cuh): 1 or 2 on
+  // mla_narrow.cuh's (<= 16 or <= 32 rows), 4 on mla_wgmma.cuh's 64-row blocks;
+  // FLASHBACK_MLA_NARROW=0 keeps every MLA batch on the latter (tests of that kernel at those
+  // shapes, A/B). Elsewhere 1 (<= 16 rows) or 4.
+  static const bool mla_narrow = env_value("FLASHBACK_MLA_NARROW") != "0";
+  if (r.dp.hopper_mla)
+    r.m_tiles = !mla_narrow || rows > 32 ? 4 : rows > 16 ? 2 : 1;
+  else
+    r.m_tiles = rows <= 16 ? 1 : 4;
   const int64_t row_blocks = (rows + 16 * r.m_tiles - 1) / (16 * r.m_tiles);
   FLASHBACK_CHECK(s.batch <= 65535, "cu_seqlens_q", "at most 65535 entries on CUDA",
                   std::to_string(s.batch));

@@ -48,16 +48,15 @@ void launch_mla_narrow(const DecodeParams& p, dim3 grid, cudaStream_t stream) {
                      p, "mla_narrow_kernel");
 }
 
-// MLA absorbed on Hopper: mla_narrow.cuh's kernel where every row block holds <= 16 rows
-// (m_tiles == 1) or <= 32 (m_tiles == 2, which dispatch.cu picks only for this kernel), one
-// block per entry and KV head, a quarter or half of the 64-row kernel's tensor work; otherwise
-// mla_wgmma.cuh's 64-row blocks (also for <= 16 rows with FLASHBACK_MLA_NARROW=0). Softcap is
-// a kernel variant.
+// MLA absorbed on Hopper, the kernel named by dispatch.cu's m_tiles: mla_narrow.cuh's for row
+// blocks of <= 16 rows (m_tiles == 1) or <= 32 (m_tiles == 2, picked only for this kernel), a
+// quarter or half of the 64-row kernel's tensor work; mla_wgmma.cuh's 64-row blocks for 4.
+// Softcap is a kernel variant.
 template <typename T>
 void launch_mla_wgmma(const DecodeParams& p, int m_tiles, cudaStream_t stream) {
   using Cfg = MlaWgmmaConfig;
   const dim3 grid(p.num_splits, p.heads_kv * p.row_blocks, p.batch);
-  if (m_tiles == 1 && p.mla_narrow) return launch_mla_narrow<T, 16>(p, grid, stream);
+  if (m_tiles == 1) return launch_mla_narrow<T, 16>(p, grid, stream);
   if (m_tiles == 2) return launch_mla_narrow<T, 32>(p, grid, stream);
   if (p.softcap > 0.f)
     launch_with_smem(mla_wgmma_kernel<T, true>, grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream, p,
@@ -84,8 +83,7 @@ void launch_decode(const DecodeParams& p, int m_tiles, KvKind kv, cudaStream_t s
   const bool fp8 = kv != KvKind::kSame;
   switch (decode_shape(D, DV, QV, fp8, m_tiles, p.hopper_mla, p.smem_block)) {
     case DecodeShape::kMlaWgmma:
-      // 64-row blocks (16- or 32-row ones in the narrow kernel): the host's row blocks are
-      // 16 * m_tiles rows, and with m_tiles = 1 all rows fit one block, so either covers the grid.
+      // The host's row blocks are 16 * m_tiles rows: the narrow kernel's 16 or 32, or 64.
       if constexpr (QV && D == MlaWgmmaConfig::D && DV == MlaWgmmaConfig::DV)
         return launch_mla_wgmma<T>(p, m_tiles, stream);
       break;

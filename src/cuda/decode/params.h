@@ -60,9 +60,6 @@ struct DecodeParams {
   // Host side: whether the warps-split-keys kernel may run narrow (config.h, wk_narrow), unless
   // FLASHBACK_DECODE_NARROW=0 (dispatch.cu).
   bool narrow_ok = true;
-  // Host side: MLA decode with <= 32 rows per block on mla_narrow.cuh's kernel (the default;
-  // FLASHBACK_MLA_NARROW=0 keeps them on mla_wgmma.cuh, dispatch.cu).
-  bool mla_narrow = true;
   // Host side: the device's shared memory per block (DeviceFacts::smem_block), for decode_shape
   // (config.h). Last, so the kernels' parameter offsets are those of the fields above alone.
   int smem_block = 227 * 1024;
