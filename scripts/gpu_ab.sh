@@ -7,7 +7,8 @@
 #                          tar cJf build/gpupkg/base.tar.xz -C DIR flashback (the baseline binary)
 #   run (GPU machine):     W=a,b,c R=3 TESTS="cuda_test_decode" RACE='CudaDecode.Variants' \
 #                          bash scripts/gpu_ab.sh                       (carry ["build/gpupkg"])
-#   PAIRS=1 also runs cuda_test_prefill with two query blocks per CTA forced.
+#   PAIRS=1 also runs cuda_test_prefill with two query blocks per CTA forced; PERSIST=1 with the
+#   persistent schedule on 3 CTAs, also under racecheck and memcheck.
 #   SANBIN=cuda_test_prefill: the binary RACE and MEM run (default cuda_test_decode).
 #   ALT="NAME=VALUE ...[;NAME=VALUE ...]": more columns (alt1, alt2, ...), the new binary under
 #   each group of environment settings.
@@ -41,6 +42,14 @@ for t in ${TESTS:-cuda_test_decode}; do step "$t" 150 "$B/$t"; done
 [[ -n ${SMALL:-} ]] && step decode_small_smem 150 env FLASHBACK_DECODE_SMEM_BLOCK=101376 \
   "$B/cuda_test_decode" --gtest_filter='-CudaDecode.Mla*'
 [[ -n ${PAIRS:-} ]] && step prefill_pairs 150 env FLASHBACK_PREFILL_PAIRS=1 "$B/cuda_test_prefill"
+if [[ -n ${PERSIST:-} ]]; then
+  PF='CudaPrefill.Variants:CudaRagged.MlaChunkedPrefixShapes'
+  step prefill_persistent 150 env FLASHBACK_PREFILL_PERSISTENT=3 "$B/cuda_test_prefill"
+  step racecheck_persistent 150 env FLASHBACK_PREFILL_PERSISTENT=3 compute-sanitizer --tool racecheck \
+    --error-exitcode 9 "$B/cuda_test_prefill" --gtest_filter="$PF"
+  step memcheck_persistent 120 env FLASHBACK_PREFILL_PERSISTENT=3 compute-sanitizer --tool memcheck \
+    --error-exitcode 9 "$B/cuda_test_prefill" --gtest_filter="$PF"
+fi
 SB=$B/${SANBIN:-cuda_test_decode}  # the test binary RACE / MEM filter
 [[ -n ${RACE:-} ]] && step racecheck 120 compute-sanitizer --tool racecheck --error-exitcode 9 \
   "$SB" --gtest_filter="$RACE"

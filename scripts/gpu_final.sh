@@ -64,6 +64,15 @@ if [[ -z ${SKIP_ALT:-} ]]; then  # SKIP_ALT=1: a shorter call when the prefill k
   # the automatic choice to pair them).
   step cuda_test_prefill_pairs 120 env FLASHBACK_PREFILL_PAIRS=1 $BIN/cuda_test_prefill
 fi
+# The Hopper kernel's persistent schedule with 3 CTAs, so each walks many blocks of many entries
+# and heads (ragged batches, empty entries and entries past the max_seqlen_q hint included); the
+# tests' grids are too small for the automatic choice. Then under both sanitizers (the block
+# slots the producer hands the consumers through shared memory).
+step cuda_test_prefill_persistent 120 env FLASHBACK_PREFILL_PERSISTENT=3 $BIN/cuda_test_prefill
+step memcheck_prefill_persistent 90 env FLASHBACK_PREFILL_PERSISTENT=3 compute-sanitizer --tool memcheck \
+  --error-exitcode 9 $BIN/cuda_test_prefill --gtest_filter='CudaPrefill.Variants:CudaRagged.MlaChunkedPrefixShapes'
+step racecheck_prefill_persistent 120 env FLASHBACK_PREFILL_PERSISTENT=3 compute-sanitizer --tool racecheck \
+  --error-exitcode 9 $BIN/cuda_test_prefill --gtest_filter='CudaPrefill.Variants:CudaRagged.MlaChunkedPrefixShapes'
 step memcheck_decode 45 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda_test_decode \
   --gtest_filter='CudaDecode.Splits:CudaDecode.TableRowsAndKvStart'
 step memcheck_prefill 60 env FLASHBACK_PREFILL_PAIRS=1 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda_test_prefill \

@@ -175,6 +175,32 @@ TEST(CudaPrefill, HintsAndLongEntries) {
   check(c, det);
 }
 
+// Batches whose entries all have the longest one's block count and enough blocks to cover the
+// SMs take the Hopper kernel's persistent schedule by default (launch.cu, wgmma_grid): about
+// one CTA per SM walking (rank, entry, head) items longest first. Causal with prefixes of
+// different lengths (ranks of unequal cost), a window, and a batch whose last entry is a block
+// shorter than the rest (still persistent: the producer skips that entry's rank-2 items).
+TEST(CudaPrefill, PersistentScheduleBatches) {
+  const int D = built_head_dims()[0];
+  AttentionCase c;
+  c.heads_q = 16;
+  c.heads_kv = 4;
+  c.head_dim = D;
+  c.page_size = 16;
+  c.q_lens = {300, 300, 300, 300, 300, 300, 300, 300};
+  c.kv_lens = {300, 301, 316, 555, 300, 1000, 429, 317};
+  c.name = "8 x 300 queries, 16 heads (384 items), prefixes 0..700";
+  check(c);
+  c.name = "the same with a 100-key window";
+  c.window_left = 100;
+  check(c);
+  c.window_left = -1;
+  c.q_lens.back() = 250;  // two blocks of 128 rows, against the others' three
+  c.kv_lens.back() = 250;
+  c.name = "last entry one block shorter";
+  check(c);
+}
+
 // Chunked-local virtual requests and cross attention as the plan expresses them: entries pick
 // a row of the table (table_rows) and start at a key position (kv_start).
 TEST(CudaPrefill, TableRowsAndKvStart) {

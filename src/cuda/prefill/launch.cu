@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -91,20 +92,54 @@ bool wgmma_pingpong() {
   return !off;
 }
 
-int wgmma_grid_x(const PrefillParams& p) {
-  // Two query blocks per CTA (wgmma_kernel.cuh, block_at): the second block's K/V tiles stream
-  // in while the consumers finish the first. Only where the halved grid still covers every SM
-  // twice; a smaller grid keeps one block per CTA so that no SM idles.
-  // FLASHBACK_PREFILL_PAIRS=0: never pair; =1: always (the tests' small grids, for coverage).
+dim3 wgmma_grid(PrefillParams& p, int rows) {
+  // Persistent (blocks.h): about one CTA per SM (the kernel takes one) walks the (rank, entry,
+  // head) items in bands of ranks, longest band first, so the producer streams the next block's
+  // Q and tiles while the consumers finish one across the whole launch, and the launch ends
+  // within about a block of balance instead of a fractional last wave. The producer skips items
+  // past a short entry's blocks at one entry load each (while the consumers work through the filled
+  // stages), so batches with at least half the rows of a uniform one (total_q >= m_blocks * rows *
+  // batch / 2) take it; far more ragged ones keep the grid, which has no empty items.
+  // FLASHBACK_PREFILL_PERSISTENT=0: never; =N > 0: always, with at most N CTAs (the tests use
+  // it to give each CTA many blocks of ragged batches).
+  static const int64_t forced = [] {
+    const std::string s = env_value("FLASHBACK_PREFILL_PERSISTENT");
+    return s.empty() ? int64_t{-1} : std::max<int64_t>(0, std::atoll(s.c_str()));
+  }();
+  const int64_t items = int64_t{p.m_blocks} * p.heads_q * p.batch;
+  const int64_t sms = device_facts().sms;
+  const bool fits = items < (int64_t{1} << 31);
+  const bool full = 2 * p.total_q >= int64_t{p.m_blocks} * rows * p.batch;
+  p.persistent = fits && (forced > 0 || (forced < 0 && items > sms && full));
+  // Bands of ranks (blocks.h): the items side by side share K/V in L2 and the band's ranks
+  // differ little in cost. Causal or windowed: max(6, 24 / group) ranks, about 24 items per K/V
+  // stream (on the H200, session 15: 6 ranks beat 3 and 4 on the four causal workloads, 1.3-2 %
+  // faster than the grid where 16 / group ranks were 0-1 % slower on local_prefill). Without
+  // either every rank costs the same, so one band of all ranks (each head's blocks side by side,
+  // as the grid has them; mla_prefix_chunk 2.5 % slower at 6). FLASHBACK_PREFILL_BAND=N sets it.
+  static const int band_env = std::atoi(env_value("FLASHBACK_PREFILL_BAND").c_str());
+  const bool equal_ranks = !p.causal && p.window_left < 0 && p.window_right < 0;
+  p.sched_band = std::min(p.m_blocks, band_env > 0  ? band_env
+                                      : equal_ranks ? p.m_blocks
+                                                    : std::max(6, 24 / std::max(p.group, 1)));
+  if (p.persistent)
+    return dim3(static_cast<unsigned>(std::min(items, forced > 0 ? forced : sms)), 1, 1);
+  // Otherwise a grid over the blocks, two query blocks per CTA (snake_block: one long, one
+  // short) where the halved grid still covers every SM twice; a smaller grid keeps one block
+  // per CTA so that no SM idles. FLASHBACK_PREFILL_PAIRS=0: never pair; =1: always (the tests'
+  // small grids, for coverage).
   static const int mode = [] {
     const std::string s = env_value("FLASHBACK_PREFILL_PAIRS");
     return s == "0" ? 0 : s == "1" ? 1 : -1;
   }();
   const int half = (p.m_blocks + 1) / 2;
-  if (mode == 0 || p.m_blocks < 2) return p.m_blocks;
-  if (mode == 1) return half;
-  const int64_t ctas = static_cast<int64_t>(half) * p.heads_q * p.batch;
-  return ctas >= 2 * static_cast<int64_t>(device_facts().sms) ? half : p.m_blocks;
+  int x = p.m_blocks;
+  if (mode == 1 && p.m_blocks >= 2)
+    x = half;
+  else if (mode == -1 && p.m_blocks >= 2 && int64_t{half} * p.heads_q * p.batch >= 2 * sms)
+    x = half;
+  return dim3(static_cast<unsigned>(x), static_cast<unsigned>(p.heads_q),
+              static_cast<unsigned>(p.batch));
 }
 
 void add_kv_maps(PrefillParams& p, int d, int dv, int tile_keys) {

@@ -35,8 +35,8 @@ void launch_kv(const PrefillParams& p, KvKind kv, cudaStream_t stream) {
 bool wgmma_available();
 /// Whether the Hopper kernel's consumers take turns issuing their MMAs (launch.cu).
 bool wgmma_pingpong();
-/// CTAs along the query blocks for the Hopper kernel (launch.cu).
-int wgmma_grid_x(const PrefillParams& p);
+/// The Hopper kernel's grid for blocks of `rows` queries; sets p.persistent (launch.cu).
+dim3 wgmma_grid(PrefillParams& p, int rows);
 
 // The Hopper kernel (wgmma_kernel.cuh) takes the shapes it is built for with 16-bit caches.
 template <int D, int DV>
@@ -54,7 +54,7 @@ void launch_wgmma(const PrefillParams& p_in, cudaStream_t stream) {
   PrefillParams p = p_in;
   add_kv_maps(p, D, DV, Cfg::N);
   p.pingpong = wgmma_pingpong();
-  const dim3 grid(wgmma_grid_x(p), p.heads_q, p.batch);
+  const dim3 grid = wgmma_grid(p, Cfg::BM);
   if (p.softcap > 0.f)
     launch_with_smem(prefill_wgmma_kernel<Cfg, T, true>, grid, Cfg::THREADS, Cfg::SMEM_BYTES,
                      stream, p, "prefill_wgmma_kernel");

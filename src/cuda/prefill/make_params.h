@@ -32,6 +32,7 @@ inline PrefillParams paged_params(const PagedAttentionParams& p, const detail::P
   fill_paged_kv(d, p, s.page_size);
   d.k_outer = p.k_cache.shape[0];
   d.v_outer = p.v_cache.shape[0];
+  d.total_q = s.total_q;
   d.m_blocks = m_blocks_for(max_q_of(p.max_seqlen_q, s.max_seqlen_q, s.total_q), rows);
   return d;
 }
@@ -51,6 +52,7 @@ inline PrefillParams ragged_params(const RaggedAttentionParams& p, const detail:
   d.cu_k_s = p.cu_seqlens_k.strides[0];
   d.k_outer = p.k.shape[0];
   d.v_outer = p.v.shape[0];
+  d.total_q = s.total_q;
   d.m_blocks = m_blocks_for(max_q_of(p.max_seqlen_q, s.max_seqlen_q, s.total_q), rows);
   return d;
 }

@@ -50,8 +50,12 @@ struct PrefillParams {
   int kv_box = 0;
   bool pingpong = false;  // Hopper kernel: the consumers take turns issuing their MMAs
 
+  bool persistent = false;  // Hopper kernel: about one CTA per SM walks every block (blocks.h)
+  int sched_band = 1;       // the persistent schedule's ranks per band (blocks.h)
+
   int batch = 0, heads_q = 0, group = 1, page_size = 1;
-  int m_blocks = 1;  // query blocks of the longest entry (a hint; longer entries loop)
+  int64_t total_q = 0;  // query rows of the whole batch
+  int m_blocks = 1;     // query blocks of the longest entry (a hint; longer entries loop)
   float scale = 0, softcap = 0;
   bool causal = true;
   int window_left = -1, window_right = -1;

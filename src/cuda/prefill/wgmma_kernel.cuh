@@ -1,6 +1,6 @@
 // The Hopper path of the long-query attention kernel (sm_90a): the same work as kernel.cuh
-// (blocks of BM queries of one q head of one entry, dealt to CTAs by block_at; bottom-right
-// causal, window, softcap, LSE, paged or ragged K/V, 16-bit caches), on warpgroup MMA.
+// (blocks of BM queries of one q head of one entry; bottom-right causal, window, softcap, LSE,
+// paged or ragged K/V, 16-bit caches), on warpgroup MMA.
 //
 // Warp-specialised, as FlashAttention-3 does. Warpgroup 2 is the producer: per 128-key tile,
 // thread t reads key t's table entry (a tile ahead); a tile whose keys all exist then comes by
@@ -15,11 +15,13 @@
 // tiles takes n + 1 stages, the first with K only, the last with V only), and it is freed on its
 // `empty` mbarrier after the step. A consumer thus holds one stage at a time, and two stages (all
 // 192/128 has room for) give the producer a step of lead. The two consumers take turns issuing
-// a step's MMAs (FlashAttention-3's pingpong), so one's softmax overlaps the other's MMAs. Where
-// the grid is large enough
-// (launch.cu, wgmma_grid_x) each CTA takes two query blocks, a long and a short one (block_at), so
-// the second block's tiles stream in while the first block finishes. Registers move from the
-// producer to the consumers with setmaxnreg.
+// a step's MMAs (FlashAttention-3's pingpong), so one's softmax overlaps the other's MMAs. The
+// producer also schedules: it walks the CTA's blocks (blocks.h, BlockCursor: a persistent grid
+// of about one CTA per SM over every block of the batch, longest first, or a grid over the
+// blocks with two per CTA where that fills the GPU; launch.cu, wgmma_grid) and publishes each
+// block's entry in a shared slot beside its Q, so the next block's Q and tiles stream in while
+// the consumers finish the current one. Registers move from the producer to the consumers
+// with setmaxnreg.
 //
 // Built only for (D, 128) with D a multiple of 64 up to 192 (128/128 and the MLA chunked-prefix
 // 192/128 of the workloads); the mma.sync kernel serves every other case, fp8 caches included.
@@ -57,10 +59,11 @@ struct WgmmaConfig {
   static constexpr int Q_BYTES = BM * D * 2;
   static constexpr int K_BYTES = N * D * 2, V_BYTES = N * DV * 2;
   static constexpr int STAGE_BYTES = K_BYTES + V_BYTES;
-  // 1024 bytes of slack (swizzled blocks start on 1024-byte boundaries) and the mbarriers: full
-  // and empty per stage, q_full and q_empty.
+  // 1024 bytes of slack (swizzled blocks start on 1024-byte boundaries), the mbarriers (full
+  // and empty per stage, q_full and q_empty) and two block slots (BlockSlot).
+  static constexpr int SLOT_BYTES = 2 * 48;
   static constexpr int smem_for(int stages) {
-    return 1024 + Q_BYTES + stages * STAGE_BYTES + 8 * (2 * stages + 2);
+    return 1024 + Q_BYTES + stages * STAGE_BYTES + 8 * (2 * stages + 2) + SLOT_BYTES;
   }
   // As many stages as fit: 3 for 128/128, 2 for 192/128.
   static constexpr int STAGES = smem_for(3) <= 227 * 1024 ? 3 : 2;
@@ -68,6 +71,17 @@ struct WgmmaConfig {
   static constexpr int PRODUCER_REGS = 56, CONSUMER_REGS = 224;  // 128 x 56 + 256 x 224 <= 64K
   static_assert(!kBuilt || SMEM_BYTES <= 227 * 1024, "shared memory per CTA exceeds 227 KB");
 };
+
+// The block the consumers run next, written by the producer beside the block's Q and published
+// by the same barrier (q_full); row0 < 0 ends the CTA's work. Block k uses slot k % 2: the
+// producer writes it after block k - 1's q_empty, i.e. after the consumers finished block
+// k - 2, so the consumers read a block's facts from its slot whenever they need them (the
+// epilogue's, late) instead of holding them in registers through the block.
+struct BlockSlot {
+  Entry e;
+  int h, row0, pad[2];
+};
+static_assert(sizeof(BlockSlot) == 48 && sizeof(Entry) == 32, "BlockSlot layout");
 
 template <typename Cfg, typename T, bool CAP>
 struct WgmmaPrefill {
@@ -78,7 +92,10 @@ struct WgmmaPrefill {
   // [D / 64][BM][128 B], then per stage K [D / 64][N][128 B] and V [DV / 64][N][128 B], then
   // the mbarriers. Stage i of a block holds K of its tile i and V of its tile i - 1.
   static constexpr uint32_t BAR_OFF = Cfg::Q_BYTES + S * Cfg::STAGE_BYTES;
+  static constexpr uint32_t SLOT_OFF = BAR_OFF + 8 * (2 * S + 2);
+  static_assert(SLOT_OFF % 16 == 0 && 2 * sizeof(BlockSlot) == Cfg::SLOT_BYTES, "slot layout");
   uint32_t base;
+  BlockSlot* slot;  // generic pointer to the two slots at base + SLOT_OFF
 
   __device__ uint32_t q_addr() const { return base; }
   __device__ uint32_t k_stage(int s) const { return base + Cfg::Q_BYTES + s * Cfg::STAGE_BYTES; }
@@ -95,16 +112,24 @@ struct WgmmaPrefill {
       mbar_init(full(s), 128);   // one .noinc arrival per producer thread
       mbar_init(empty(s), 256);  // every consumer thread
     }
-    mbar_init(q_full(), 128);
+    mbar_init(q_full(), 129);  // the Q copies' .noinc arrivals and the slot writer's arrival
     mbar_init(q_empty(), 256);
   }
 
-  // The k-th query block of this CTA (-1: no more), in snake order from the last block
-  // (blocks.h): a grid of half the blocks gives each CTA one long and one short block, and the
-  // producer streams the next block's tiles while the consumers finish the current one.
-  static __device__ __forceinline__ int block_at(const Entry& e, int k) {
-    return snake_block(k, (e.q_len + BM - 1) / BM, static_cast<int>(gridDim.x),
-                       static_cast<int>(blockIdx.x));
+  // This CTA's blocks (blocks.h): a persistent grid of about one CTA per SM walks every
+  // (rank, entry, head) item; otherwise the CTA is (x, head, entry) of a grid over the blocks.
+  static __device__ BlockCursor cursor(const PrefillParams& p) {
+    BlockCursor c;
+    c.persistent = p.persistent;
+    c.ctas = static_cast<int>(gridDim.x);
+    c.x = static_cast<int>(blockIdx.x);
+    c.R = p.m_blocks;
+    c.band = p.sched_band;
+    c.batch = p.batch;
+    c.heads = p.heads_q;
+    c.h = static_cast<int>(blockIdx.y);
+    c.b = static_cast<int>(blockIdx.z);
+    return c;
   }
 
   // The block's key range (the union of its rows' ranges, contiguous because both ends are
@@ -191,28 +216,41 @@ struct WgmmaPrefill {
     }
   }
 
-  // Producer warpgroup: Q of each block, then its n + 1 stages (K of tile j with V of tile
-  // j - 1). `it` counts stages over the CTA's blocks, so stage and phase continue across blocks.
-  __device__ void produce(const PrefillParams& p, const Entry& e, int h) {
+  // Producer warpgroup: for each block of the CTA (cursor), the slot and Q, then its n + 1
+  // stages (K of tile j with V of tile j - 1). `it` counts stages over the CTA's blocks, so
+  // stage and phase continue across blocks; after the last block a slot with row0 = -1.
+  __device__ void produce(const PrefillParams& p) {
     const int t = threadIdx.x - 256, lane = t & 31, warp = t >> 5;
-    const int g = h / p.group;
-    const unsigned char* kbase = static_cast<const unsigned char*>(p.k) + g * p.k_sh * 2;
-    const unsigned char* vbase = static_cast<const unsigned char*>(p.v) + g * p.v_sh * 2;
-    PageWalk walk;
-    if (p.cu_k)
-      walk.krow0 = e.krow0;
-    else
-      walk.paged(p.table + static_cast<int64_t>(e.trow) * p.table_s0, p.table_s1, e.start,
-                 p.table_holds_slots, p.page_size);
-    const T* q = static_cast<const T*>(p.q) + static_cast<int64_t>(e.q0) * p.q_st +
-                 static_cast<int64_t>(h) * p.q_sh;
-    int it = 0;
-    for (int blk = 0, mb; (mb = block_at(e, blk)) >= 0; ++blk) {
-      const int row0 = mb * BM;
+    BlockCursor cur = cursor(p);
+    Entry e;
+    int it = 0, blk = 0;
+    for (int mb; (mb = cur.next([&](int b, int h) {
+                   e = load_entry(p, b, h / p.group);
+                   return (e.q_len + BM - 1) / BM;
+                 })) >= 0;
+         ++blk) {
+      const int h = cur.h, g = h / p.group, row0 = mb * BM;
+      const unsigned char* kbase = static_cast<const unsigned char*>(p.k) + g * p.k_sh * 2;
+      const unsigned char* vbase = static_cast<const unsigned char*>(p.v) + g * p.v_sh * 2;
+      PageWalk walk;
+      if (p.cu_k)
+        walk.krow0 = e.krow0;
+      else
+        walk.paged(p.table + static_cast<int64_t>(e.trow) * p.table_s0, p.table_s1, e.start,
+                   p.table_holds_slots, p.page_size);
+      const T* q = static_cast<const T*>(p.q) + static_cast<int64_t>(e.q0) * p.q_st +
+                   static_cast<int64_t>(h) * p.q_sh;
       const Span sp = span(p, e, row0);
       // Tile 0's table entry, read before the Q copies so its latency overlaps them.
       int32_t ent = sp.ntiles > 0 && sp.lo + t < sp.end ? walk.read(sp.lo + t) : 0;
       mbar_wait(q_empty(), (blk & 1) ^ 1);
+      if (t == 0) {
+        BlockSlot& bs = slot[blk & 1];
+        bs.e = e;
+        bs.h = h;
+        bs.row0 = row0;
+        mbar_arrive(q_full());  // releases the slot's stores to the consumers' q_full wait
+      }
       const int64_t q_row_bytes = static_cast<int64_t>(p.q_st) * sizeof(T);
       const int q_rows = e.q_len - row0 - warp * 32;  // rows of this warp's 32 that exist
       copy_rows_sw128<CK, BM>(
@@ -272,18 +310,20 @@ struct WgmmaPrefill {
         v_rows = nvalid;
       }
     }
+    // No more blocks: the consumers find row0 = -1 in the slot.
+    mbar_wait(q_empty(), (blk & 1) ^ 1);
+    if (t == 0) {
+      slot[blk & 1].row0 = -1;
+      mbar_arrive(q_full());
+    }
+    mbar_arrive(q_full());
   }
 
-  // Consumer warpgroup wg (0 or 1): query rows [row0 + 64 wg, row0 + 64 wg + 64) of each block.
-  __device__ void consume(const PrefillParams& p, const Entry& e, int h, int wg) {
+  // Consumer warpgroup wg (0 or 1): query rows [row0 + 64 wg, row0 + 64 wg + 64) of each block
+  // the producer publishes in the slot, until one with row0 < 0.
+  __device__ void consume(const PrefillParams& p, int wg) {
     const int tw = threadIdx.x & 127, lane = tw & 31, warp = tw >> 5;
     const uint32_t sq_addr = q_addr() + wg * 64 * 128;
-    // logit = softcap(scale * kd * (q . k_stored)), in base 2 (softmax.cuh).
-    const float sk = p.scale * e.kd;
-    LogitMap lm;
-    lm.mul = sk * kLog2e;
-    lm.in = CAP ? sk / p.softcap : 0.f;
-    lm.out = CAP ? p.softcap * kLog2e : 0.f;
     // FlashAttention-3's pingpong: the two consumers take turns issuing a step's MMAs (named
     // barrier 1 + wg is this warpgroup's turn, which the other one's arrival grants after
     // issuing its own), so one's softmax runs while the other's MMAs do. Warpgroup 0 goes
@@ -297,8 +337,19 @@ struct WgmmaPrefill {
     };
     if (pp && wg == 1) named_barrier_arrive(1, 256);
     int it = 0;
-    for (int blk = 0, mb; (mb = block_at(e, blk)) >= 0; ++blk) {
-      const int row0 = mb * BM;
+    for (int blk = 0;; ++blk) {
+      // The block (its slot holds until this warpgroup starts block blk + 2) and its Q.
+      mbar_wait(q_full(), blk & 1);
+      const BlockSlot& bs = slot[blk & 1];
+      const int row0 = bs.row0;
+      if (row0 < 0) break;
+      const Entry& e = bs.e;
+      // logit = softcap(scale * kd * (q . k_stored)), in base 2 (softmax.cuh).
+      const float sk = p.scale * e.kd;
+      LogitMap lm;
+      lm.mul = sk * kLog2e;
+      lm.in = CAP ? sk / p.softcap : 0.f;
+      lm.out = CAP ? p.softcap * kLog2e : 0.f;
       const Span sp = span(p, e, row0);
       Rows rw;
       rw.first = row0 + wg * 64;
@@ -315,7 +366,6 @@ struct WgmmaPrefill {
         acc[0][u][0] = acc[0][u][1] = acc[0][u][2] = acc[0][u][3] = 0.f;
       float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
 
-      mbar_wait(q_full(), blk & 1);
       // Q is dead after the block's last S: releasing it then lets the next block's Q load
       // while this block finishes. `done_with_q(j)` after tile j's S; a warpgroup that never
       // ran the last S releases Q after the loop.
@@ -392,7 +442,7 @@ struct WgmmaPrefill {
         }
       }
       if (q_held) mbar_arrive(q_empty());
-      if (rw.live) store_rows<T, 1, DV>(p, e, h, rw.first + warp * 16, acc, m_run, l_run, lane);
+      if (rw.live) store_rows<T, 1, DV>(p, e, bs.h, rw.first + warp * 16, acc, m_run, l_run, lane);
     }
     if (pp && wg == 0) named_barrier_sync(1, 256);
   }
@@ -407,16 +457,15 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
   WgmmaPrefill<Cfg, T, CAP> k;
   k.base = smem_addr(smem);
+  k.slot = reinterpret_cast<BlockSlot*>(smem + decltype(k)::SLOT_OFF);
   if (threadIdx.x == 0) k.init_barriers();
   __syncthreads();
-  const int h = blockIdx.y, b = blockIdx.z;
-  const Entry e = load_entry(p, b, h / p.group);
   if (threadIdx.x >= 256) {
     regs_shrink<Cfg::PRODUCER_REGS>();
-    k.produce(p, e, h);
+    k.produce(p);
   } else {
     regs_grow<Cfg::CONSUMER_REGS>();
-    k.consume(p, e, h, threadIdx.x / 128);
+    k.consume(p, threadIdx.x / 128);
   }
 #else
   __trap();  // launched only where wgmma_available() (launch.cu) says this build has sm_90a
