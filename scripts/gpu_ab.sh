@@ -41,7 +41,8 @@ step() {  # name, timeout, command...
 for t in ${TESTS:-cuda_test_decode}; do step "$t" 150 "$B/$t"; done
 [[ -n ${SMALL:-} ]] && step decode_small_smem 150 env FLASHBACK_DECODE_SMEM_BLOCK=101376 \
   "$B/cuda_test_decode" --gtest_filter='-CudaDecode.Mla*'
-[[ -n ${PAIRS:-} ]] && step prefill_pairs 150 env FLASHBACK_PREFILL_PAIRS=1 "$B/cuda_test_prefill"
+[[ -n ${PAIRS:-} ]] && step prefill_pairs 150 env FLASHBACK_PREFILL_PERSISTENT=0 FLASHBACK_PREFILL_PAIRS=1 \
+  "$B/cuda_test_prefill"
 if [[ -n ${PERSIST:-} ]]; then
   PF='CudaPrefill.Variants:CudaRagged.MlaChunkedPrefixShapes'
   step prefill_persistent 150 env FLASHBACK_PREFILL_PERSISTENT=3 "$B/cuda_test_prefill"

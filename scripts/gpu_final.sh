@@ -62,7 +62,7 @@ if [[ -z ${SKIP_ALT:-} ]]; then  # SKIP_ALT=1: a shorter call when the prefill k
   step cuda_test_prefill_mma 120 env FLASHBACK_PREFILL_KERNEL=mma $BIN/cuda_test_prefill
   # The Hopper kernel with two query blocks per CTA forced (the tests' grids are too small for
   # the automatic choice to pair them).
-  step cuda_test_prefill_pairs 120 env FLASHBACK_PREFILL_PAIRS=1 $BIN/cuda_test_prefill
+  step cuda_test_prefill_pairs 120 env FLASHBACK_PREFILL_PERSISTENT=0 FLASHBACK_PREFILL_PAIRS=1 $BIN/cuda_test_prefill
 fi
 # The Hopper kernel's persistent schedule with 3 CTAs, so each walks many blocks of many entries
 # and heads (ragged batches, empty entries and entries past the max_seqlen_q hint included); the
@@ -73,9 +73,11 @@ step memcheck_prefill_persistent 90 env FLASHBACK_PREFILL_PERSISTENT=3 compute-s
   --error-exitcode 9 $BIN/cuda_test_prefill --gtest_filter='CudaPrefill.Variants:CudaRagged.MlaChunkedPrefixShapes'
 step racecheck_prefill_persistent 120 env FLASHBACK_PREFILL_PERSISTENT=3 compute-sanitizer --tool racecheck \
   --error-exitcode 9 $BIN/cuda_test_prefill --gtest_filter='CudaPrefill.Variants:CudaRagged.MlaChunkedPrefixShapes'
+step synccheck_prefill_persistent 120 env FLASHBACK_PREFILL_PERSISTENT=3 compute-sanitizer --tool synccheck \
+  --error-exitcode 9 $BIN/cuda_test_prefill --gtest_filter='CudaPrefill.Variants:CudaRagged.MlaChunkedPrefixShapes'
 step memcheck_decode 45 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda_test_decode \
   --gtest_filter='CudaDecode.Splits:CudaDecode.TableRowsAndKvStart'
-step memcheck_prefill 60 env FLASHBACK_PREFILL_PAIRS=1 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda_test_prefill \
+step memcheck_prefill 60 env FLASHBACK_PREFILL_PERSISTENT=0 FLASHBACK_PREFILL_PAIRS=1 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda_test_prefill \
   --gtest_filter='CudaPrefill.Variants:CudaRagged.MlaChunkedPrefixShapes'
 step memcheck_backend 45 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda_test_backend_cuda
 step memcheck_mla 60 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda_test_decode \

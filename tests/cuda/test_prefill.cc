@@ -175,11 +175,12 @@ TEST(CudaPrefill, HintsAndLongEntries) {
   check(c, det);
 }
 
-// Batches whose entries all have the longest one's block count and enough blocks to cover the
-// SMs take the Hopper kernel's persistent schedule by default (launch.cu, wgmma_grid): about
-// one CTA per SM walking (rank, entry, head) items longest first. Causal with prefixes of
-// different lengths (ranks of unequal cost), a window, and a batch whose last entry is a block
-// shorter than the rest (still persistent: the producer skips that entry's rank-2 items).
+// Batches whose entries nearly all have the longest one's block count and more items than SMs
+// (384 here: any GPU of fewer SMs) take the Hopper kernel's persistent schedule by default
+// (launch.cu, wgmma_grid): about one CTA per SM walking (rank, entry, head) items in bands of
+// ranks. Causal with prefixes of different lengths (ranks of unequal cost), a window, and a
+// batch whose last entry is a block shorter than the rest (still persistent: the producer skips
+// that entry's rank-2 items).
 TEST(CudaPrefill, PersistentScheduleBatches) {
   const int D = built_head_dims()[0];
   AttentionCase c;

@@ -64,15 +64,30 @@ Dealt deal(const std::vector<int>& nblocks, int heads, int R, int ctas, bool per
   Dealt d;
   d.seen.assign(static_cast<size_t>(batch * heads * maxb), 0);
   auto count = [&](BlockCursor c, size_t cta) {
-    int calls = 0;
-    for (int blk; (blk = c.next([&](int b, int h) {
-                    EXPECT_TRUE(b >= 0 && b < batch && h >= 0 && h < heads);
-                    ++calls;
-                    return nblocks[static_cast<size_t>(b)];
-                  })) >= 0;) {
-      EXPECT_TRUE(blk >= 0 && blk < nblocks[static_cast<size_t>(c.b)]);
+    int calls = 0, last_b = -1, last_h = -1;
+    bool bad = false;
+    auto nblocks_of = [&](int b, int h) {
+      ++calls;
+      if (b < 0 || b >= batch || h < 0 || h >= heads) {
+        bad = true;
+        return 0;
+      }
+      last_b = b;  // the device's producer runs each block on the entry it loaded last
+      last_h = h;
+      return nblocks[static_cast<size_t>(b)];
+    };
+    for (int blk; !bad && (blk = c.next(nblocks_of)) >= 0;) {
+      if (c.b != last_b || c.h != last_h || blk >= nblocks[static_cast<size_t>(c.b)]) {
+        ADD_FAILURE() << "block " << blk << " of (" << c.b << ", " << c.h
+                      << ") after loading entry (" << last_b << ", " << last_h << ")";
+        return;
+      }
       ++d.seen[static_cast<size_t>((c.b * heads + c.h) * maxb + blk)];
       d.work[cta] += blk + 1;
+    }
+    if (bad) {
+      ADD_FAILURE() << "nblocks_of called outside the batch";
+      return;
     }
     // Once out, a cursor stays out without loading another entry.
     const int before = calls;
@@ -144,7 +159,8 @@ TEST(PrefillBlocks, CursorTakesEveryBlockOnce) {
 
 TEST(PrefillBlocks, PersistentBalancesUniformCausalWork) {
   // prefill_8x2k's shape: 8 entries of 16 blocks, 32 heads, on 132 CTAs. Ideal: 34816 tiles /
-  // 132 = 263.8 per CTA; the snake over the longest-first list stays within a block of it.
+  // 132 = 263.8 per CTA; the snake over bands of 6 ranks, longest first, stays within a block
+  // of it (256..272, as the grid of two-block CTAs; an LPT deal would reach 264).
   const Dealt d = deal(std::vector<int>(8, 16), 32, 16, 132, true, 6);
   long lo = d.work[0], hi = d.work[0], total = 0;
   for (long w : d.work) lo = std::min(lo, w), hi = std::max(hi, w), total += w;

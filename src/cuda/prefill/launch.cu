@@ -97,9 +97,11 @@ dim3 wgmma_grid(PrefillParams& p, int rows) {
   // head) items in bands of ranks, longest band first, so the producer streams the next block's
   // Q and tiles while the consumers finish one across the whole launch, and the launch ends
   // within about a block of balance instead of a fractional last wave. The producer skips items
-  // past a short entry's blocks at one entry load each (while the consumers work through the filled
-  // stages), so batches with at least half the rows of a uniform one (total_q >= m_blocks * rows *
-  // batch / 2) take it; far more ragged ones keep the grid, which has no empty items.
+  // past a short entry's blocks at one entry load each, and those items are the high ranks, dealt
+  // last, so only batches whose entries average more than 7/8 of m_blocks - 1 blocks take it
+  // (total_q > 7/8 (m_blocks - 1) rows batch: about an eighth of the items empty at most, plus
+  // the last block's rounding); more ragged ones, and a max_seqlen_q hint well above the longest
+  // entry, keep the grid, which has no empty items.
   // FLASHBACK_PREFILL_PERSISTENT=0: never; =N > 0: always, with at most N CTAs (the tests use
   // it to give each CTA many blocks of ragged batches).
   static const int64_t forced = [] {
@@ -109,7 +111,7 @@ dim3 wgmma_grid(PrefillParams& p, int rows) {
   const int64_t items = int64_t{p.m_blocks} * p.heads_q * p.batch;
   const int64_t sms = device_facts().sms;
   const bool fits = items < (int64_t{1} << 31);
-  const bool full = 2 * p.total_q >= int64_t{p.m_blocks} * rows * p.batch;
+  const bool full = 8 * p.total_q > 7 * int64_t{p.m_blocks - 1} * rows * p.batch;
   p.persistent = fits && (forced > 0 || (forced < 0 && items > sms && full));
   // Bands of ranks (blocks.h): the items side by side share K/V in L2 and the band's ranks
   // differ little in cost. Causal or windowed: max(6, 24 / group) ranks, about 24 items per K/V
