@@ -97,28 +97,22 @@ Dealt deal(const std::vector<int>& nblocks, int heads, int R, int ctas, bool per
   if (persistent) {
     d.work.assign(static_cast<size_t>(ctas), 0);
     for (int x = 0; x < ctas; ++x) {
-      BlockCursor c;
-      c.persistent = true;
-      c.ctas = ctas;
-      c.x = x;
-      c.R = R;
-      c.batch = batch;
-      c.heads = heads;
-      c.band = band;
+      BlockCursor c{.persistent = true,
+                    .ctas = ctas,
+                    .x = x,
+                    .R = R,
+                    .batch = batch,
+                    .heads = heads,
+                    .band = band};
       count(c, static_cast<size_t>(x));
     }
   } else {
     d.work.assign(static_cast<size_t>(ctas * heads * batch), 0);
     for (int b = 0; b < batch; ++b)
       for (int h = 0; h < heads; ++h)
-        for (int x = 0; x < ctas; ++x) {
-          BlockCursor c;
-          c.ctas = ctas;
-          c.x = x;
-          c.b = b;
-          c.h = h;
-          count(c, static_cast<size_t>((b * heads + h) * ctas + x));
-        }
+        for (int x = 0; x < ctas; ++x)
+          count(BlockCursor{.ctas = ctas, .x = x, .b = b, .h = h},
+                static_cast<size_t>((b * heads + h) * ctas + x));
   }
   return d;
 }
