@@ -113,19 +113,20 @@ dim3 wgmma_grid(PrefillParams& p, int rows) {
   const bool fits = items < (int64_t{1} << 31);
   const bool full = 8 * p.total_q > 7 * int64_t{p.m_blocks - 1} * rows * p.batch;
   p.persistent = fits && (forced > 0 || (forced < 0 && items > sms && full));
-  // Bands of ranks (blocks.h): the items side by side share K/V in L2 and the band's ranks
-  // differ little in cost. Causal or windowed: max(6, 24 / group) ranks, about 24 items per K/V
-  // stream (on the H200, session 15: 6 ranks beat 3 and 4 on the four causal workloads, 1.3-2 %
-  // faster than the grid where 16 / group ranks were 0-1 % slower on local_prefill). Without
-  // either every rank costs the same, so one band of all ranks (each head's blocks side by side,
-  // as the grid has them; mla_prefix_chunk 2.5 % slower at 6). FLASHBACK_PREFILL_BAND=N sets it.
-  static const int band_env = std::atoi(env_value("FLASHBACK_PREFILL_BAND").c_str());
-  const bool equal_ranks = !p.causal && p.window_left < 0 && p.window_right < 0;
-  p.sched_band = std::min(p.m_blocks, band_env > 0  ? band_env
-                                      : equal_ranks ? p.m_blocks
-                                                    : std::max(6, 24 / std::max(p.group, 1)));
-  if (p.persistent)
+  if (p.persistent) {
+    // Bands of ranks (blocks.h): the items side by side share K/V in L2 and the band's ranks
+    // differ little in cost. Causal or windowed: max(6, 24 / group) ranks, about 24 items per K/V
+    // stream (on the H200, session 15: 6 ranks beat 3 and 4 on the four causal workloads, 1.3-2 %
+    // faster than the grid where 16 / group ranks were 0-1 % slower on local_prefill). Without
+    // either every rank costs the same, so one band of all ranks (each head's blocks side by side,
+    // as the grid has them; mla_prefix_chunk 2.5 % slower at 6). FLASHBACK_PREFILL_BAND=N sets it.
+    static const int band_env = std::atoi(env_value("FLASHBACK_PREFILL_BAND").c_str());
+    const bool equal_ranks = !p.causal && p.window_left < 0 && p.window_right < 0;
+    p.sched_band = std::min(p.m_blocks, band_env > 0  ? band_env
+                                        : equal_ranks ? p.m_blocks
+                                                      : std::max(6, 24 / std::max(p.group, 1)));
     return dim3(static_cast<unsigned>(std::min(items, forced > 0 ? forced : sms)), 1, 1);
+  }
   // Otherwise a grid over the blocks, two query blocks per CTA (snake_block: one long, one
   // short) where the halved grid still covers every SM twice; a smaller grid keeps one block
   // per CTA so that no SM idles. FLASHBACK_PREFILL_PAIRS=0: never pair; =1: always (the tests'

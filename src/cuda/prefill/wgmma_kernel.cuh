@@ -119,17 +119,15 @@ struct WgmmaPrefill {
   // This CTA's blocks (blocks.h): a persistent grid of about one CTA per SM walks every
   // (rank, entry, head) item; otherwise the CTA is (x, head, entry) of a grid over the blocks.
   static __device__ BlockCursor cursor(const PrefillParams& p) {
-    BlockCursor c;
-    c.persistent = p.persistent;
-    c.ctas = static_cast<int>(gridDim.x);
-    c.x = static_cast<int>(blockIdx.x);
-    c.R = p.m_blocks;
-    c.band = p.sched_band;
-    c.batch = p.batch;
-    c.heads = p.heads_q;
-    c.h = static_cast<int>(blockIdx.y);
-    c.b = static_cast<int>(blockIdx.z);
-    return c;
+    return {.persistent = p.persistent,
+            .ctas = static_cast<int>(gridDim.x),
+            .x = static_cast<int>(blockIdx.x),
+            .R = p.m_blocks,
+            .batch = p.batch,
+            .heads = p.heads_q,
+            .band = p.sched_band,
+            .b = static_cast<int>(blockIdx.z),
+            .h = static_cast<int>(blockIdx.y)};
   }
 
   // The block's key range (the union of its rows' ranges, contiguous because both ends are
