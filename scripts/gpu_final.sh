@@ -7,7 +7,8 @@
 #   SKIP_ALT=1 leaves out the prefill tests on the mma.sync kernel and with forced pairs;
 #   SKIP_MODES=1 the MLA-on-mma.sync and deterministic-mode benchmarks (a shorter call);
 #   PART=tests runs only the tests and sanitizers, PART=bench only the measurements (two calls
-#   when one would outlast the device tool's 600 s limit).
+#   when one would outlast the device tool's 600 s limit); ONLY=REGEX only the steps whose name
+#   matches (e.g. ONLY='prefill|^bench$' after a prefill-only change).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-run}
@@ -35,6 +36,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv > $LOGS/env.txt 2>&1; ca
 summary=()
 step() {  # name, timeout, command...
   local name=$1 to=$2; shift 2
+  [[ -n ${ONLY:-} && ! $name =~ ${ONLY} ]] && return 0  # ONLY=REGEX: the steps whose name matches
   local t0=$SECONDS
   timeout $to "$@" > $LOGS/$name.log 2>&1
   local rc=$?
@@ -68,7 +70,7 @@ fi
 # and heads (ragged batches, empty entries and entries past the max_seqlen_q hint included); the
 # tests' grids are too small for the automatic choice. Then under both sanitizers (the block
 # slots the producer hands the consumers through shared memory).
-step cuda_test_prefill_persistent 120 env FLASHBACK_PREFILL_PERSISTENT=3 $BIN/cuda_test_prefill
+step cuda_test_prefill_persistent 200 env FLASHBACK_PREFILL_PERSISTENT=3 $BIN/cuda_test_prefill
 step memcheck_prefill_persistent 90 env FLASHBACK_PREFILL_PERSISTENT=3 compute-sanitizer --tool memcheck \
   --error-exitcode 9 $BIN/cuda_test_prefill --gtest_filter='CudaPrefill.Variants:CudaRagged.MlaChunkedPrefixShapes'
 step racecheck_prefill_persistent 120 env FLASHBACK_PREFILL_PERSISTENT=3 compute-sanitizer --tool racecheck \
