@@ -32,7 +32,7 @@ using testing::PagedData;
 struct Options {
   std::string device = "cpu";
   uint64_t seed = 1;
-  int steps = 700;    // trace: engine steps per model; suites: steps / 4 cases each
+  int steps = -1;     // trace: engine steps per model (-1: 700, on CUDA 120); suites: steps / 4
   int page_size = 0;  // trace: 0 = both 1 and 16; suites: 0 = random per case
 };
 
@@ -174,6 +174,7 @@ void run_trace_section(const Options& o, int P, int& passed, int& failed) {
   t.page_size = P;
   t.seed = o.seed;
   t.steps = o.steps;
+  if (o.device == "cuda") t.device = Device{DeviceType::kCUDA, 0};
   const std::string bar = "trace P=" + std::to_string(P);
   const auto t0 = std::chrono::steady_clock::now();
   const trace::TraceReport rep =
@@ -206,8 +207,10 @@ int usage(int code) {
   std::printf(
       "usage: flashback check [--device cpu|cuda] [--seed N] [--steps N] [--page-size P]\n"
       "Runs the serving trace (every forward mode and layer kind through the backend, each\n"
-      "output checked against the fp64 oracle) for page sizes 1 and 16 (or --page-size P), with\n"
-      "--steps engine steps per model (default 700), then randomized kernel suites of\n"
+      "output checked against the fp64 oracle; --device cuda: the backend on GPU 0 with the\n"
+      "head dims its kernels are built for) for page sizes 1 and 16 (or --page-size P), with\n"
+      "--steps engine steps per model (default 700; 120 with --device cuda), then randomized\n"
+      "kernel suites (CPU kernels) of\n"
       "steps / 4 cases each (a run too short to reach every mode and layer kind reports the\n"
       "missing ones as failures). Prints, per mode and layer kind, tokens, max error and\n"
       "pass/fail; "
@@ -230,16 +233,18 @@ int run_check(int argc, char** argv) {
       o.device = value("--device");
     else if (!std::strcmp(argv[i], "--seed"))
       o.seed = std::strtoull(value("--seed"), nullptr, 10);
-    else if (!std::strcmp(argv[i], "--steps"))
-      o.steps = std::atoi(value("--steps"));
-    else if (!std::strcmp(argv[i], "--page-size"))
+    else if (!std::strcmp(argv[i], "--steps")) {
+      const char* v = value("--steps");
+      o.steps = std::atoi(v);
+      FLASHBACK_CHECK(o.steps > 0, "--steps", "a positive count", v);
+    } else if (!std::strcmp(argv[i], "--page-size"))
       o.page_size = std::atoi(value("--page-size"));
     else
       throw Error("flashback check", "--device, --seed, --steps or --page-size", argv[i]);
   }
-  FLASHBACK_CHECK(o.device == "cpu", "--device",
-                  "cpu (the CUDA self-check runs through the gpu test suite for now)", o.device);
-  FLASHBACK_CHECK(o.steps > 0, "--steps", "a positive count", std::to_string(o.steps));
+  FLASHBACK_CHECK(o.device == "cpu" || o.device == "cuda", "--device", "cpu or cuda", o.device);
+  // The GPU models' head dims make the oracle's recomputation ~10x dearer than the CPU models'.
+  if (o.steps < 0) o.steps = o.device == "cuda" ? 120 : 700;
   FLASHBACK_CHECK(o.page_size >= 0, "--page-size",
                   ">= 0 (0 = both 1 and 16 in the trace, random in the suites)",
                   std::to_string(o.page_size));

@@ -327,9 +327,11 @@ void AttentionBackend::forward_prefix_chunk(const TensorView& q, const TensorVie
                   forward_mode_name(batch.forward_mode));
   detail::expect_defined(lse, "lse");
   detail::expect_defined(chunk.cu_seq_lens, "chunk.cu_seq_lens");
-  ragged_attention(
-      ragged_params(q, k, v, out, lse, m.self.cu_seqlens_q_view(), chunk.cu_seq_lens, false),
-      Exec{cfg_.stream, cfg_.num_threads, Exec::CpuImpl::kFast, cfg_.deterministic});
+  // The queries' offsets from the device mirror (the host plan's on the CPU): the kernels read
+  // them where q lives.
+  ragged_attention(ragged_params(q, k, v, out, lse, dev_meta_.self.cu_seqlens_q_view(),
+                                 chunk.cu_seq_lens, false),
+                   Exec{cfg_.stream, cfg_.num_threads, Exec::CpuImpl::kFast, cfg_.deterministic});
 }
 
 MultiStepDraftBackend::MultiStepDraftBackend(BackendConfig config, int32_t num_steps) {

@@ -29,4 +29,13 @@ void copy_to_device_async(void* dst, const void* src, size_t bytes, void* stream
   FLASHBACK_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s));
 }
 
+void copy_to_device(void* dst, const void* src, size_t bytes) {
+  if (bytes > 0) FLASHBACK_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+}
+
+void copy_to_host(void* dst, const void* src, size_t bytes) {
+  FLASHBACK_CUDA_CHECK(cudaDeviceSynchronize());
+  if (bytes > 0) FLASHBACK_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+}
+
 }  // namespace flashback::cuda

@@ -31,4 +31,8 @@ class DeviceBuffer {
 /// replay refreshes the buffer (outside the capture) before launching the graph.
 void copy_to_device_async(void* dst, const void* src, size_t bytes, void* stream);
 
+/// Synchronous copies between host and device memory (after all earlier work on the device).
+void copy_to_device(void* dst, const void* src, size_t bytes);
+void copy_to_host(void* dst, const void* src, size_t bytes);
+
 }  // namespace flashback::cuda

@@ -11,16 +11,6 @@
 namespace flashback::trace {
 namespace {
 
-std::string describe(const TraceReport& rep) {
-  std::string s;
-  for (const KindStats& k : rep.rows)
-    if (k.failures)
-      s += k.model + " " + k.mode + " " + k.kind + ": " + std::to_string(k.failures) + "x, " +
-           k.first_failure + "\n";
-  for (const std::string& m : rep.missing()) s += m + "\n";
-  return s;
-}
-
 class TraceTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(TraceTest, EveryModeAndLayerKindMatchesTheOracle) {
@@ -29,8 +19,8 @@ TEST_P(TraceTest, EveryModeAndLayerKindMatchesTheOracle) {
   o.seed = 7;
   o.steps = 100;
   const TraceReport rep = run_trace(o);
-  EXPECT_EQ(rep.failures(), 0) << describe(rep);
-  EXPECT_TRUE(rep.missing().empty()) << describe(rep);
+  EXPECT_EQ(rep.failures(), 0) << rep.describe();
+  EXPECT_TRUE(rep.missing().empty()) << rep.describe();
   EXPECT_GE(rep.forward_passes, 2 * o.steps);  // two models, at least one pass per step
   EXPECT_GT(rep.shared_prefix, 0);
   EXPECT_GT(rep.finished, 0);
@@ -42,6 +32,31 @@ TEST_P(TraceTest, EveryModeAndLayerKindMatchesTheOracle) {
 
 INSTANTIATE_TEST_SUITE_P(PageSizes, TraceTest, ::testing::Values(1, 16),
                          [](const auto& info) { return "P" + std::to_string(info.param); });
+
+// The models `flashback check --device cuda` runs (the head dims the CUDA kernels are built
+// for: 64, 128, 256, MLA 512 + 64, the 192/128 chunked prefix), here on the CPU backend: the
+// GPU trace then differs from this one only in where the backend runs.
+TEST(TraceTest, GpuModelsOnTheCpu) {
+  TraceOptions o;
+  o.page_size = 16;
+  o.seed = 5;
+  o.steps = 60;
+  o.gpu_dims = true;
+  const TraceReport rep = run_trace(o);
+  EXPECT_EQ(rep.failures(), 0) << rep.describe();
+  EXPECT_TRUE(rep.missing().empty()) << rep.describe();
+}
+
+TEST(TraceTest, CudaWithoutCudaIsAnError) {
+#ifndef FLASHBACK_WITH_CUDA
+  TraceOptions o;
+  o.device = Device{DeviceType::kCUDA, 0};
+  o.steps = 1;
+  EXPECT_THROW(run_trace(o), Error);
+#else
+  GTEST_SKIP() << "a CUDA build: the GPU trace runs in tests/cuda (cuda_test_trace)";
+#endif
+}
 
 TEST(TraceTest, DamagedCacheIsCaught) {
   for (int P : {1, 16}) {

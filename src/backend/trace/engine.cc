@@ -47,6 +47,14 @@ Engine::Engine(ModelSpec model, const TraceOptions& o, uint64_t seed, StatsTable
     c.v_scale = s.layer.v_scale;
     pools_.push_back(std::make_unique<KVPool>(c));
   }
+  if (o.device.type == DeviceType::kCUDA) {
+    dev_ = std::make_unique<DeviceCopies>(o.device);
+    for (const auto& pool : pools_) {
+      dev_->put(pool->k_cache(0), true);
+      if (!pool->is_mla()) dev_->put(pool->v_cache(0), true);
+    }
+    dev_->put(r2t_.table(), true);
+  }
   backend_ = std::make_unique<AttentionBackend>(backend_config());
   if (model_.draft_layer >= 0) {
     draft_extend_ = std::make_unique<AttentionBackend>(backend_config());
@@ -64,11 +72,30 @@ BackendConfig Engine::backend_config() const {
   for (const LayerSpec& s : model_.layers)
     if (s.kind == Kind::kLocal) c.attention_chunk_size = chunk_;
   c.num_threads = opt_.num_threads;
+  c.device = opt_.device;
   c.use_page_table = model_.use_page_table;
   c.deterministic = model_.deterministic;
   c.cuda_graph_fill_seq_len = 1;
   c.max_draft_tokens = kVerifyTokens;
   return c;
+}
+
+TensorView Engine::on_dev(const TensorView& host) {
+  if (!dev_) return host;
+  dev_->put(host);
+  return dev_->on_device(host);
+}
+
+TensorView Engine::dv(const TensorView& host) const { return dev_ ? dev_->on_device(host) : host; }
+
+LayerCache Engine::cache_of(int32_t li) const {
+  const KVPool& pool = *pools_[li];
+  return {dv(pool.k_cache(0)), pool.is_mla() ? TensorView{} : dv(pool.v_cache(0))};
+}
+
+TensorView Engine::req_to_token_view() const {
+  // The explicit page-table form builds its table on the host from req_to_token's contents.
+  return model_.use_page_table ? r2t_.table() : dv(r2t_.table());
 }
 
 void Engine::admit() {
@@ -140,6 +167,10 @@ std::vector<Engine::Request*> Engine::pick(std::vector<Request*> from, int max_n
 }
 
 Engine::Batch Engine::build(const Pass& p) {
+  if (dev_) {  // the previous pass's copies go; req_to_token as the allocator left it
+    dev_->release();
+    dev_->put(r2t_.table(), true);
+  }
   Batch b;
   const int64_t B = static_cast<int64_t>(p.rows.size());
   const bool extend = is_extend_like(p.mode);
@@ -175,23 +206,24 @@ Engine::Batch Engine::build(const Pass& p) {
   fb.forward_mode = p.mode;
   fb.batch_size = static_cast<int32_t>(B);
   fb.spec = p.spec;
-  fb.req_to_token = r2t_.table();
-  // The host copies are optional when the main views are on the host; exercise both forms.
-  const bool cpu_copies = rng_.coin(0.5);
+  fb.req_to_token = req_to_token_view();
+  // The host copies are optional when the main views are on the host; exercise both forms
+  // (on a GPU the main views are device copies and the host ones are required).
+  const bool cpu_copies = rng_.coin(0.5) || dev_;
   auto put = [&](TensorView& main, TensorView& cpu, const Tensor& t) {
-    main = t;
+    main = on_dev(t);
     if (cpu_copies) cpu = t;
   };
   put(fb.req_pool_indices, fb.req_pool_indices_cpu, b.rows);
   put(fb.seq_lens, fb.seq_lens_cpu, b.seq);
-  fb.out_cache_loc = b.loc;
+  fb.out_cache_loc = on_dev(b.loc);
   if (extend) {
     put(fb.extend_seq_lens, fb.extend_seq_lens_cpu, b.ext);
     if (rng_.coin(0.5)) put(fb.extend_prefix_lens, fb.extend_prefix_lens_cpu, b.prefix);
   }
   if (model_.encoder) {
     put(fb.encoder_lens, fb.encoder_lens_cpu, b.enc);
-    fb.encoder_out_cache_loc = b.enc_loc;
+    fb.encoder_out_cache_loc = on_dev(b.enc_loc);
   }
   return b;
 }
@@ -207,10 +239,15 @@ void Engine::capture(Backend& slot, int32_t bs, ForwardMode mode, const SpecInfo
   fb.forward_mode = mode;
   fb.batch_size = bs;
   fb.spec = spec;
-  fb.req_to_token = r2t_.table();
-  fb.req_pool_indices = rows;
-  fb.seq_lens = seq;
-  if (model_.encoder) fb.encoder_lens = enc;
+  fb.req_to_token = req_to_token_view();
+  fb.req_pool_indices = on_dev(rows);
+  fb.seq_lens = on_dev(seq);
+  if (model_.encoder) fb.encoder_lens = on_dev(enc);
+  if (dev_) {
+    fb.req_pool_indices_cpu = rows;
+    fb.seq_lens_cpu = seq;
+    if (model_.encoder) fb.encoder_lens_cpu = enc;
+  }
   slot.init_forward_metadata_capture_cuda_graph(fb);
 }
 
@@ -276,8 +313,14 @@ void Engine::run_layers(const Pass& p, const Batch& b, AttentionBackend& be) {
       lse_t.poison();
       lse = transposed ? lse_t.view().transposed(0, 1) : lse_t.view();
     }
-    const LayerCache cache{pools_[li]->k_cache(0), s.mla() ? TensorView{} : pools_[li]->v_cache(0)};
-    be.forward(q, k, v, out, L, b.fb, cache, true, lse);
+    if (dev_) {
+      for (const Tensor* t : {&q, &k, &v, &out, &lse_t}) on_dev(*t);
+      be.forward(dv(q), dv(k), dv(v), dv(out), L, b.fb, cache_of(li), true, dv(lse));
+      dev_->get(out);
+      dev_->get(lse_t);
+    } else {
+      be.forward(q, k, v, out, L, b.fb, cache_of(li), true, lse);
+    }
     // Recorded after the call: a backend that modified the caller's k/v would be caught.
     for (size_t i = 0, e = 0; i < p.rows.size(); ++i) {
       const Row& row = p.rows[i];
@@ -299,9 +342,9 @@ void Engine::run_chunked_mla(const Pass& p, const Batch& b, AttentionBackend& be
   Tensor latent(model_.act, {T, 1, s.k_dim()});
   fill_random(latent, rng_);
   KVStoreParams st;
-  st.k = latent;
-  st.loc = b.loc;
-  st.k_cache = pools_[li]->k_cache(0);
+  st.k = on_dev(latent);
+  st.loc = dv(b.loc);
+  st.k_cache = cache_of(li).k_cache;
   st.k_scale = s.layer.k_scale;
   kv_store(st);
   // ... and attends with decompressed MHA q/k/v: the new tokens to themselves, then each prefix
@@ -319,7 +362,8 @@ void Engine::run_chunked_mla(const Pass& p, const Batch& b, AttentionBackend& be
   Tensor out(model_.act, {T, H, s.mha_v_dim}), lse(DType::kF32, {T, H});
   out.poison();
   lse.poison();
-  be.forward_extend_mha(q, k, v, out, lse, b.fb);
+  for (const Tensor* t : {&q, &k, &v, &out, &lse}) on_dev(*t);
+  be.forward_extend_mha(dv(q), dv(k), dv(v), dv(out), dv(lse), b.fb);
 
   const int32_t B = static_cast<int32_t>(p.rows.size());
   const int32_t chunk = std::initializer_list<int32_t>{16, 40, 64}.begin()[rng_.uniform(0, 2)];
@@ -351,8 +395,14 @@ void Engine::run_chunked_mla(const Pass& p, const Batch& b, AttentionBackend& be
     Tensor oc(model_.act, {T, H, s.mha_v_dim}), lc(DType::kF32, {T, H});
     oc.poison();
     lc.poison();
-    be.forward_prefix_chunk(q, kc, vc, oc, lc, b.fb, PrefixChunk{cu, max_len});
-    merge_state(MergeStateParams{out, lse, oc, lc, out, lse});
+    for (const Tensor* t : {&cu, &kc, &vc, &oc, &lc}) on_dev(*t);
+    be.forward_prefix_chunk(dv(q), dv(kc), dv(vc), dv(oc), dv(lc), b.fb,
+                            PrefixChunk{dv(cu), max_len});
+    merge_state(MergeStateParams{dv(out), dv(lse), dv(oc), dv(lc), dv(out), dv(lse)});
+  }
+  if (dev_) {
+    dev_->get(out);
+    dev_->get(lse);
   }
 
   KindStats& ks = stats_.at(model_.name, p.label(), kind_name(s.kind));

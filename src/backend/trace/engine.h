@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/trace/device.h"
 #include "backend/trace/history.h"
 #include "backend/trace/model.h"
 #include "backend/trace/trace.h"
@@ -108,6 +109,12 @@ class Engine {
   template <typename Backend>
   void capture(Backend& slot, int32_t bs, ForwardMode mode, const SpecInfo& spec);
   BackendConfig backend_config() const;
+  // On a GPU (TraceOptions::device): `on_dev` uploads a host tensor and returns its device
+  // view, `dv` maps a view of an uploaded one; on the CPU both return the host view.
+  TensorView on_dev(const TensorView& host);
+  TensorView dv(const TensorView& host) const;
+  LayerCache cache_of(int32_t li) const;
+  TensorView req_to_token_view() const;
   std::vector<Request*> pick(std::vector<Request*> from, int max_n);
 
   ModelSpec model_;
@@ -118,6 +125,7 @@ class Engine {
   ReqToTokenPool r2t_;
   PagedAllocator alloc_;
   std::vector<std::unique_ptr<KVPool>> pools_;  // one per layer
+  std::unique_ptr<DeviceCopies> dev_;           // the pools' and each pass's device copies
   std::unique_ptr<AttentionBackend> backend_, draft_extend_;
   std::unique_ptr<MultiStepDraftBackend> draft_;
   std::map<int64_t, std::unique_ptr<AttentionBackend>> graphs_;

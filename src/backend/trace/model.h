@@ -53,8 +53,8 @@ struct ModelSpec {
 };
 
 /// Model 1: full, sliding-window, chunked-local, softcap, cross, FP8 e4m3 / e5m2 + a draft layer.
-ModelSpec hybrid_model();
+ModelSpec hybrid_model(bool gpu_dims = false);
 /// Model 2: MLA (absorbed over an f16 latent, over an FP8 latent, chunked-prefix layer).
-ModelSpec mla_model();
+ModelSpec mla_model(bool gpu_dims = false);
 
 }  // namespace flashback::trace

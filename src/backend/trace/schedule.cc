@@ -62,6 +62,7 @@ void Engine::corrupt() {
   const TensorView k = pools_[0]->k_cache(0);
   for (int64_t d = 0; d < k.shape[3]; ++d)
     store_from_double(k, k.offset(slot / P, slot % P, 0, d), 40.0);
+  if (dev_) dev_->put(k, true);
 }
 
 void Engine::extend_step(bool mixed) {

@@ -47,13 +47,24 @@ std::vector<std::string> TraceReport::missing() const {
   return out;
 }
 
+std::string TraceReport::describe() const {
+  std::string s;
+  for (const KindStats& k : rows)
+    if (k.failures)
+      s += k.model + " " + k.mode + " " + k.kind + ": " + std::to_string(k.failures) + "x, " +
+           k.first_failure + "\n";
+  for (const std::string& m : missing()) s += m + "\n";
+  return s;
+}
+
 TraceReport run_trace(const TraceOptions& o, const Progress& progress) {
   FLASHBACK_CHECK(o.page_size >= 1 && o.page_size <= 256, "page_size", "1 .. 256",
                   std::to_string(o.page_size));
   FLASHBACK_CHECK(o.steps >= 0, "steps", ">= 0", std::to_string(o.steps));
   StatsTable stats;
   TraceReport rep;
-  const std::vector<ModelSpec> models = {hybrid_model(), mla_model()};
+  const bool gpu = o.device.type == DeviceType::kCUDA || o.gpu_dims;
+  const std::vector<ModelSpec> models = {hybrid_model(gpu), mla_model(gpu)};
   const int64_t total = int64_t{o.steps} * static_cast<int64_t>(models.size());
   int64_t done = 0;
   for (size_t m = 0; m < models.size(); ++m) {

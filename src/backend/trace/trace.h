@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "flashback/tensor.h"
+
 namespace flashback::trace {
 
 struct TraceOptions {
@@ -23,6 +25,13 @@ struct TraceOptions {
   /// Test hook: after this many steps of each model, overwrite one cached key of a running
   /// request behind the backend's back; the trace must then report failures (-1 = off).
   int32_t corrupt_at_step = -1;
+  /// Where the backend runs: the CPU, or a CUDA device (every tensor it reads or writes is
+  /// copied there, outputs come back for the check; the models then take head dims the CUDA
+  /// kernels are built for: 64, 128, 256, MLA 512 + 64 and the 192/128 chunked prefix).
+  Device device{};
+  /// The GPU models (those head dims) whatever the device: how a CPU test checks the models a
+  /// GPU trace runs.
+  bool gpu_dims = false;
 };
 
 /// Results of one (model, mode, layer kind): how many attention calls and query tokens were
@@ -44,6 +53,9 @@ struct TraceReport {
   int64_t failures() const;
   /// Kinds and modes that were never exercised (a trace that skipped something is not a pass).
   std::vector<std::string> missing() const;
+  /// One line per failing (model, mode, kind) with its first failure, then the missing ones;
+  /// empty for a clean run (test messages).
+  std::string describe() const;
 };
 
 /// Called after each engine step with (steps done, steps total).
