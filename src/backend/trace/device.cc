@@ -38,7 +38,7 @@ void DeviceCopies::put(const TensorView& host, bool lasting) {
   cuda::copy_to_device(c->buf.data(), host.data, bytes);
 }
 
-DeviceCopies::Found DeviceCopies::find(const void* p) const {
+char* DeviceCopies::find(const void* p) const {
   const auto a = reinterpret_cast<uintptr_t>(p);
   auto it = copies_.upper_bound(a);
   FLASHBACK_CHECK(it != copies_.begin(), "trace device copy", "a view of an uploaded tensor",
@@ -47,20 +47,20 @@ DeviceCopies::Found DeviceCopies::find(const void* p) const {
   // (An empty tensor's copy is a 256-byte allocation: its own address maps.)
   FLASHBACK_CHECK(a < it->first + std::max<size_t>(it->second->bytes, 1), "trace device copy",
                   "a view of an uploaded tensor", "an address past its copy");
-  return {static_cast<char*>(it->second->buf.data()) + (a - it->first), it->second.get()};
+  return static_cast<char*>(it->second->buf.data()) + (a - it->first);
 }
 
 TensorView DeviceCopies::on_device(const TensorView& host) const {
   if (!host.defined()) return host;
   TensorView d = host;
-  if (host.data != nullptr) d.data = find(host.data).at;  // (an empty tensor may have none)
+  if (host.data != nullptr) d.data = find(host.data);  // (an empty tensor may have none)
   d.device = device_;
   return d;
 }
 
 void DeviceCopies::get(const TensorView& host) const {
   if (!host.defined() || host.data == nullptr) return;
-  cuda::copy_to_host(host.data, find(host.data).at, span_bytes(host));
+  cuda::copy_to_host(host.data, find(host.data), span_bytes(host));
 }
 
 void DeviceCopies::release() {
@@ -77,7 +77,7 @@ void DeviceCopies::put(const TensorView&, bool) {}
 TensorView DeviceCopies::on_device(const TensorView& host) const { return host; }
 void DeviceCopies::get(const TensorView&) const {}
 void DeviceCopies::release() {}
-DeviceCopies::Found DeviceCopies::find(const void*) const { return {}; }
+char* DeviceCopies::find(const void*) const { return nullptr; }
 #endif
 
 }  // namespace flashback::trace

@@ -24,7 +24,8 @@ class DeviceCopies {
   /// Uploads contiguous `host` into its copy (made on first use, reused while its address and
   /// size stay). A `lasting` copy lives until destruction, the others until `release()`.
   void put(const TensorView& host, bool lasting = false);
-  /// The view of the device copies that `host` (any view inside a put tensor) is of the host.
+  /// `host` (any view inside a put tensor) with its data moved to the copy: same shape and
+  /// strides, device memory.
   TensorView on_device(const TensorView& host) const;
   /// Copies the device copy of contiguous `host` back into it (waits for the device first).
   void get(const TensorView& host) const;
@@ -33,11 +34,7 @@ class DeviceCopies {
 
  private:
   struct Copy;
-  struct Found {
-    char* at = nullptr;  // the device address of the host address asked for
-    const Copy* copy = nullptr;
-  };
-  Found find(const void* host) const;
+  char* find(const void* host) const;  // the device address of a host address inside a copy
   Device device_;
   std::map<uintptr_t, std::unique_ptr<Copy>> copies_;  // by host start address
 };
