@@ -225,8 +225,15 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
       std::swap(ko, ko_next);
       std::swap(vo, vo_next);
       if (tile_scores) {
+        // Prefetches: the next tile's K during this tile's scores and its V during this tile's
+        // P·V, each spread evenly over that phase; a split's first tile fetches its own V
+        // during its scores (no earlier P·V did).
         const PrefetchHeads pk{{sc.pk.data(), 0}, nn, a.head_dim * esz, t.ng, a.k_head * esz};
-        const PrefetchHeads pv{{vp + j0, 0}, j1 - j0, a.head_dim_v * esz, t.ng, a.v_head * esz};
+        const PrefetchHeads pv{
+            {vp + j0, 0}, ts == first_tile ? j1 - j0 : 0, a.head_dim_v * esz, t.ng, a.v_head * esz};
+        const PrefetchHeads nv{{sc.pv.data(), 0}, nn, a.head_dim_v * esz, t.ng, a.v_head * esz};
+        const int64_t blocks = t.ng * pv_pair_blocks(head_rows, a.head_dim_v);
+        PrefetchStream v_next{&nv, (nn * t.ng + blocks - 1) / blocks};
         scores_tile_pairs(sc.q.data(), qs, head_rows, t.ng, Rows{kp, 0}, a.k_head * esz, qk_len, j0,
                           j1, sc.st.data(), 1, ra, pk, pv);
         // m, l of padding rows stay -inf, 0 (they see no key); pm, pl hold kMaxRows ≥ ra.
@@ -238,8 +245,9 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
         for (int64_t gi = 0; gi < t.ng; ++gi) {
           const int64_t r0 = gi * head_rows;
           accumulate<Bf16Pairs>(sc.st.data() + r0, 1, ra, head_rows, Rows{vp, gi * a.v_head * esz},
-                                j0, j1, po + r0 * dvp, dvp, a.head_dim_v);
+                                j0, j1, po + r0 * dvp, dvp, a.head_dim_v, &v_next);
         }
+        v_next.finish();
         continue;
       }
       for (int64_t gi = 0; gi < t.ng; ++gi) {

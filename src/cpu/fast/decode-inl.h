@@ -101,7 +101,8 @@ HWY_INLINE void dot_block_pairs(const float* const* q, int64_t qs, const void* c
 // stream prefetcher follows (head by head they are 2 KiB apart). Head g's rows are
 // q + g · head_rows · qs, its K row of key j at k[j] + g · k_head_bytes, its scores at
 // s + (g · head_rows + i) · srow + j · skey. Along the way the rows of pk (the next tile's K) and
-// pv (this tile's V, read by P·V next) are prefetched in step.
+// pv (this tile's V, read by P·V next; empty unless no earlier P·V prefetched it) are prefetched
+// in step.
 inline void scores_tile_pairs(const float* q, int64_t qs, int64_t head_rows, int64_t heads, Rows k,
                               int64_t k_head_bytes, int64_t len, int64_t j0, int64_t j1, float* s,
                               int64_t srow, int64_t skey, const PrefetchHeads& pk,
@@ -213,25 +214,44 @@ HWY_INLINE void pv_block(const float* p, int64_t prow, int64_t pkey, Rows v, int
     for (int w = 0; w < kV; ++w) hn::StoreU(acc[i][w], df, o + i * os + x + w * N);
 }
 
+// Blocks of O that accumulate<Bf16Pairs> computes for `rows` rows of `len` values (one
+// PrefetchStream step each).
+inline int64_t pv_pair_blocks(int64_t rows, int64_t len) {
+  const int64_t N = lanes(), chunks = len / (2 * N);
+  const int64_t r6 = rows / 6, r4 = rows % 6 / 4, r1 = rows % 6 % 4;
+  return (r6 + r4) * chunks + r1 * (len / (4 * N) + len % (4 * N) / (2 * N));
+}
+
 // Weights of row i, key j at p[i · prow + j · pkey] (row-major scores or their transpose).
+// Bf16Pairs: `pf` (optional) takes a step before each block of O.
 template <class T>
 void accumulate(const float* p, int64_t prow, int64_t pkey, int64_t rows, Rows v, int64_t j0,
-                int64_t j1, float* o, int64_t os, int64_t len) {
+                int64_t j1, float* o, int64_t os, int64_t len, PrefetchStream* pf = nullptr) {
   const int64_t N = lanes();
   int64_t r = 0;
   if constexpr (std::is_same_v<T, Bf16Pairs>) {  // len is a multiple of 2N
-    for (; r + 6 <= rows; r += 6)                // 12 accumulator chains
-      for (int64_t x = 0; x < len; x += 2 * N)
+    PrefetchStream none;
+    PrefetchStream& ps = pf ? *pf : none;
+    for (; r + 6 <= rows; r += 6)  // 12 accumulator chains
+      for (int64_t x = 0; x < len; x += 2 * N) {
+        ps.step();
         pv_block<6, 1, T>(p + r * prow, prow, pkey, v, j0, j1, o + r * os, os, x);
+      }
     for (; r + 4 <= rows; r += 4)
-      for (int64_t x = 0; x < len; x += 2 * N)
+      for (int64_t x = 0; x < len; x += 2 * N) {
+        ps.step();
         pv_block<4, 1, T>(p + r * prow, prow, pkey, v, j0, j1, o + r * os, os, x);
+      }
     for (; r < rows; ++r) {
       int64_t x = 0;
-      for (; x + 4 * N <= len; x += 4 * N)
+      for (; x + 4 * N <= len; x += 4 * N) {
+        ps.step();
         pv_block<1, 2, T>(p + r * prow, prow, pkey, v, j0, j1, o + r * os, os, x);
-      for (; x < len; x += 2 * N)
+      }
+      for (; x < len; x += 2 * N) {
+        ps.step();
         pv_block<1, 1, T>(p + r * prow, prow, pkey, v, j0, j1, o + r * os, os, x);
+      }
     }
     return;
   }

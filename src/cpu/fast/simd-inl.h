@@ -234,6 +234,27 @@ struct PrefetchHeads {
   }
 };
 
+// A PrefetchHeads list issued `per` rows at a time, in its (key, head) order, so that one
+// tile's prefetches spread evenly over another phase's work (decode: the next tile's V over this
+// tile's P·V, as the next tile's K over its scores). Both phases then keep memory busy: with all
+// of a tile's prefetches in the score phase and none in P·V, decode ran 4-10 % slower on a
+// slow-memory host (PERFORMANCE_CPU.md, session 16).
+struct PrefetchStream {
+  const PrefetchHeads* list = nullptr;
+  int64_t per = 0, next = 0;
+
+  HWY_INLINE void step() {
+    if (list == nullptr) return;
+    for (int64_t end = std::min(next + per, list->n * list->heads); next < end; ++next)
+      list->row(next / list->heads, next % list->heads);
+  }
+  HWY_INLINE void finish() {  // whatever `per` left over
+    if (list == nullptr) return;
+    per = list->n * list->heads;
+    step();
+  }
+};
+
 }  // namespace flashback::cpu_fast::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
