@@ -19,7 +19,6 @@ class DeviceCopies {
   ~DeviceCopies();
   DeviceCopies(const DeviceCopies&) = delete;
   DeviceCopies& operator=(const DeviceCopies&) = delete;
-  const Device& device() const { return device_; }
 
   /// Uploads contiguous `host` into its copy (made on first use, reused while its address and
   /// size stay). A `lasting` copy lives until destruction, the others until `release()`.

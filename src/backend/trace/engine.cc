@@ -88,6 +88,10 @@ TensorView Engine::on_dev(const TensorView& host) {
 
 TensorView Engine::dv(const TensorView& host) const { return dev_ ? dev_->on_device(host) : host; }
 
+void Engine::download(const TensorView& host) const {
+  if (dev_) dev_->get(host);
+}
+
 LayerCache Engine::cache_of(int32_t li) const {
   const KVPool& pool = *pools_[li];
   return {dv(pool.k_cache(0)), pool.is_mla() ? TensorView{} : dv(pool.v_cache(0))};
@@ -313,14 +317,10 @@ void Engine::run_layers(const Pass& p, const Batch& b, AttentionBackend& be) {
       lse_t.poison();
       lse = transposed ? lse_t.view().transposed(0, 1) : lse_t.view();
     }
-    if (dev_) {
-      for (const Tensor* t : {&q, &k, &v, &out, &lse_t}) on_dev(*t);
-      be.forward(dv(q), dv(k), dv(v), dv(out), L, b.fb, cache_of(li), true, dv(lse));
-      dev_->get(out);
-      dev_->get(lse_t);
-    } else {
-      be.forward(q, k, v, out, L, b.fb, cache_of(li), true, lse);
-    }
+    for (const Tensor* t : {&q, &k, &v, &out, &lse_t}) on_dev(*t);
+    be.forward(dv(q), dv(k), dv(v), dv(out), L, b.fb, cache_of(li), true, dv(lse));
+    download(out);
+    download(lse_t);
     // Recorded after the call: a backend that modified the caller's k/v would be caught.
     for (size_t i = 0, e = 0; i < p.rows.size(); ++i) {
       const Row& row = p.rows[i];
@@ -400,10 +400,8 @@ void Engine::run_chunked_mla(const Pass& p, const Batch& b, AttentionBackend& be
                             PrefixChunk{dv(cu), max_len});
     merge_state(MergeStateParams{dv(out), dv(lse), dv(oc), dv(lc), dv(out), dv(lse)});
   }
-  if (dev_) {
-    dev_->get(out);
-    dev_->get(lse);
-  }
+  download(out);
+  download(lse);
 
   KindStats& ks = stats_.at(model_.name, p.label(), kind_name(s.kind));
   ++ks.calls;

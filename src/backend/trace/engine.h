@@ -110,9 +110,11 @@ class Engine {
   void capture(Backend& slot, int32_t bs, ForwardMode mode, const SpecInfo& spec);
   BackendConfig backend_config() const;
   // On a GPU (TraceOptions::device): `on_dev` uploads a host tensor and returns its device
-  // view, `dv` maps a view of an uploaded one; on the CPU both return the host view.
+  // view, `dv` maps a view of an uploaded one, `download` brings an output back; on the CPU
+  // the views are the host ones and `download` does nothing.
   TensorView on_dev(const TensorView& host);
   TensorView dv(const TensorView& host) const;
+  void download(const TensorView& host) const;
   LayerCache cache_of(int32_t li) const;
   TensorView req_to_token_view() const;
   std::vector<Request*> pick(std::vector<Request*> from, int max_n);

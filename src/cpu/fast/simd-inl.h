@@ -250,8 +250,7 @@ struct PrefetchStream {
   }
   HWY_INLINE void finish() {  // whatever `per` left over
     if (list == nullptr) return;
-    per = list->n * list->heads;
-    step();
+    for (; next < list->n * list->heads; ++next) list->row(next / list->heads, next % list->heads);
   }
 };
 
