@@ -82,6 +82,9 @@ step memcheck_decode 45 compute-sanitizer --tool memcheck --error-exitcode 9 $BI
 step memcheck_prefill 60 env FLASHBACK_PREFILL_PERSISTENT=0 FLASHBACK_PREFILL_PAIRS=1 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda_test_prefill \
   --gtest_filter='CudaPrefill.Variants:CudaRagged.MlaChunkedPrefixShapes'
 step memcheck_backend 45 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda_test_backend_cuda
+# The serving trace through the backend on the GPU (device copies of pools, batch arrays, outputs).
+step memcheck_trace 240 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda_test_trace \
+  --gtest_filter='*P16'
 step memcheck_mla 60 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda_test_decode \
   --gtest_filter='CudaDecode.MlaAbsorbedVariants'
 # The longest-first ranking (shared keys, two barriers) under both tools, ranked by force on

@@ -292,6 +292,10 @@ struct RaggedCase {
   // > 0: K and V are views starting kv_pad columns into rows kv_pad columns wider (as an engine
   // passes V sliced from a joint K/V projection): strides the Hopper kernel's TMA maps must take.
   int kv_pad = 0;
+  // > 0: out is a view starting out_pad columns into rows out_pad columns wider. The Hopper
+  // kernel stores rows in 16-byte pieces where the rows are 16-byte aligned (out_pad 8) and in
+  // 4-byte pairs where they are not (out_pad 2).
+  int out_pad = 0;
 };
 
 void check_ragged(const RaggedCase& c) {
@@ -319,12 +323,14 @@ void check_ragged(const RaggedCase& c) {
                       {tk, c.heads_kv, d}, {c.heads_kv * w, w, 1});
   };
   auto outputs = [&](Tensor& out, Tensor& lse, RaggedAttentionParams& p) {
-    out = Tensor(c.dtype, {tq, c.heads_q, c.head_dim_v});
+    const int64_t ow = c.head_dim_v + c.out_pad;
+    out = Tensor(c.dtype, {tq, c.heads_q, ow});
     out.poison();
     lse = c.lse_transposed ? Tensor(DType::kF32, {c.heads_q, tq})
                            : Tensor(DType::kF32, {tq, c.heads_q});
     lse.poison();
-    p.out = out;
+    p.out = TensorView(static_cast<char*>(out.view().data) + c.out_pad * dtype_size(c.dtype),
+                       c.dtype, {tq, c.heads_q, c.head_dim_v}, {c.heads_q * ow, ow, 1});
     p.lse = c.lse_transposed ? lse.view().transposed(0, 1) : lse.view();
   };
   RaggedAttentionParams p;
@@ -405,6 +411,14 @@ TEST(CudaRagged, MlaChunkedPrefixShapes) {
   c.name = "192/128 strided K/V views, causal";
   c.causal = true;
   c.q_lens = {130, 300, 64};
+  check_ragged(c);
+  // Output rows that are (and are not) 16-byte aligned: the Hopper epilogue's two store forms.
+  c.kv_pad = 0;
+  c.name = "192/128 strided out, 16-byte aligned rows";
+  c.out_pad = 8;
+  check_ragged(c);
+  c.name = "192/128 strided out, 4-byte aligned rows";
+  c.out_pad = 2;
   check_ragged(c);
 }
 

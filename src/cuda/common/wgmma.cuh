@@ -201,6 +201,36 @@ __device__ __forceinline__ void wgmma_rs_n128(float (&d)[16][4], const uint32_t 
 #endif
 }
 
+/// stmatrix .x4: four 8 x 8 matrices of 16-bit values into shared memory, matrix i from r_i of
+/// every thread in the MMA accumulator layout (row lane / 4, columns 2 (lane % 4) + {0, 1});
+/// lanes 8 i .. 8 i + 7 give the addresses of matrix i's rows. An accumulator tile's rows go
+/// out in 8 instructions per warp where 4-byte stores take 32.
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2,
+                                            uint32_t r3) {
+#ifdef FLASHBACK_WGMMA
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+               "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+#endif
+}
+
+/// 16 bytes from shared memory (a 32-bit shared-window address).
+__device__ __forceinline__ uint4 ld_shared_v4(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
+
+/// 16 bytes to global memory (16-byte aligned).
+__device__ __forceinline__ void st_global_v4(void* ptr, uint4 v) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(ptr), "r"(v.x), "r"(v.y),
+               "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
 #undef FLASHBACK_WG_D128
 #undef FLASHBACK_WG_ACC128
 

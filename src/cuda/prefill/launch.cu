@@ -92,6 +92,13 @@ bool wgmma_pingpong() {
   return !off;
 }
 
+bool wgmma_staged_out(const PrefillParams& p, int elem_bytes) {
+  static const bool off = env_value("FLASHBACK_PREFILL_STAGED_OUT") == "0";
+  const auto bytes = [&](int64_t elems) { return static_cast<uint64_t>(elems * elem_bytes); };
+  return !off &&
+         ((reinterpret_cast<uintptr_t>(p.out) | bytes(p.out_st) | bytes(p.out_sh)) & 15) == 0;
+}
+
 dim3 wgmma_grid(PrefillParams& p, int rows) {
   // Persistent (blocks.h): about one CTA per SM (the kernel takes one) walks the (rank, entry,
   // head) items in bands of ranks, longest band first, so the producer streams the next block's

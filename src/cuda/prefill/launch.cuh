@@ -35,6 +35,10 @@ void launch_kv(const PrefillParams& p, KvKind kv, cudaStream_t stream) {
 bool wgmma_available();
 /// Whether the Hopper kernel's consumers take turns issuing their MMAs (launch.cu).
 bool wgmma_pingpong();
+/// Whether the Hopper kernel stores O's rows through shared memory (params.h, staged_out): out's
+/// rows are 16-byte aligned, unless the environment sets FLASHBACK_PREFILL_STAGED_OUT=0
+/// (launch.cu).
+bool wgmma_staged_out(const PrefillParams& p, int elem_bytes);
 /// The Hopper kernel's grid for blocks of `rows` queries; sets p.persistent (launch.cu).
 dim3 wgmma_grid(PrefillParams& p, int rows);
 
@@ -54,6 +58,7 @@ void launch_wgmma(const PrefillParams& p_in, cudaStream_t stream) {
   PrefillParams p = p_in;
   add_kv_maps(p, D, DV, Cfg::N);
   p.pingpong = wgmma_pingpong();
+  p.staged_out = wgmma_staged_out(p, static_cast<int>(sizeof(T)));
   const dim3 grid = wgmma_grid(p, Cfg::BM);
   if (p.softcap > 0.f)
     launch_with_smem(prefill_wgmma_kernel<Cfg, T, true>, grid, Cfg::THREADS, Cfg::SMEM_BYTES,

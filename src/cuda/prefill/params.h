@@ -49,6 +49,9 @@ struct PrefillParams {
   TensorMap k_map, v_map;
   int kv_box = 0;
   bool pingpong = false;  // Hopper kernel: the consumers take turns issuing their MMAs
+  // Hopper kernel: O's rows go out through shared memory in 16-byte pieces (out's rows are
+  // 16-byte aligned; wgmma_kernel.cuh, store_staged), else in 4-byte pairs from registers.
+  bool staged_out = false;
 
   bool persistent = false;  // Hopper kernel: about one CTA per SM walks every block (blocks.h)
   int sched_band = 1;       // the persistent schedule's ranks per band (blocks.h)

@@ -214,6 +214,65 @@ struct WgmmaPrefill {
     }
   }
 
+  // O's rows through shared memory, where the output's rows are 16-byte aligned. The block's
+  // last step reads only V from its stage: the stage's K half (at least both warpgroups' 64 x
+  // DV rows) stays free until the consumers' `empty` arrivals. Each warp writes its 16
+  // normalised rows there with stmatrix (16-byte chunks XOR-swizzled by row % 8: no bank
+  // conflicts), reads them back as whole rows and stores them in 16-byte pieces: 8 global stores
+  // per thread instead of DV / 4 of 4 bytes, whose queue held the consumers at every block's end
+  // (ncu, session 17: ~6 % of their samples at prefill_8x2k), and full 32-byte sectors. Then
+  // this thread's `empty` arrival for the stage.
+  static constexpr bool kStagedOut = DV == 128 && Cfg::K_BYTES >= 2 * 64 * DV * 2;
+  __device__ __forceinline__ void store_staged(const PrefillParams& p, const BlockSlot& bs,
+                                               int first, int wg, int warp, int lane, int stage,
+                                               float (&acc)[1][DV / 8][4], const float (&m_run)[2],
+                                               float (&l_run)[2]) const {
+    constexpr int ROW = DV * 2, CH = DV / 8, RPI = 32 / CH;  // bytes, chunks per row, rows per load
+    const Entry& e = bs.e;
+    const int h = bs.h;
+    float inv[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 1);
+      l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 2);
+      inv[i] = l_run[i] > 0.f ? e.vd / l_run[i] : 0.f;
+      const int r = first + (lane >> 2) + 8 * i;
+      if (p.lse && (lane & 3) == 0 && r < e.q_len)
+        p.lse[(e.q0 + r) * p.lse_st + static_cast<int64_t>(h) * p.lse_sh] =
+            l_run[i] > 0.f ? (m_run[i] + log2f(l_run[i])) * kLn2 : -INFINITY;
+    }
+    const uint32_t buf = k_stage(stage) + (wg * 64 + warp * 16) * ROW;
+    // stmatrix u / 2: matrices (u, rows 0-7), (u, rows 8-15), (u + 1, 0-7), (u + 1, 8-15) of the
+    // warp's 16 rows; lane l gives row l % 8 of matrix l / 8.
+    const int srow = (lane & 7) + 8 * ((lane >> 3) & 1);
+#pragma unroll
+    for (int u = 0; u < DV / 8; u += 2) {
+      const int chunk = u + (lane >> 4);
+      stmatrix_x4(buf + srow * ROW + ((chunk ^ (srow & 7)) << 4),
+                  pack2<T>(acc[0][u][0] * inv[0], acc[0][u][1] * inv[0]),
+                  pack2<T>(acc[0][u][2] * inv[1], acc[0][u][3] * inv[1]),
+                  pack2<T>(acc[0][u + 1][0] * inv[0], acc[0][u + 1][1] * inv[0]),
+                  pack2<T>(acc[0][u + 1][2] * inv[1], acc[0][u + 1][3] * inv[1]));
+    }
+    __syncwarp();
+    uint4 v[16 / RPI];
+    const int chunk = lane % CH;
+#pragma unroll
+    for (int k = 0; k < 16 / RPI; ++k) {
+      const int row = k * RPI + lane / CH;
+      v[k] = ld_shared_v4(buf + row * ROW + ((chunk ^ (row & 7)) << 4));
+    }
+    // The producer's next copies into this half come through the async proxy (TMA).
+    fence_proxy_async_smem();
+    mbar_arrive(empty(stage));
+    T* o = static_cast<T*>(p.out) + static_cast<int64_t>(h) * p.out_sh + chunk * 8;
+#pragma unroll
+    for (int k = 0; k < 16 / RPI; ++k) {
+      const int r = first + k * RPI + lane / CH;
+      if (r < e.q_len) st_global_v4(o + (e.q0 + r) * p.out_st, v[k]);
+    }
+  }
+
   // Producer warpgroup: for each block of the CTA (cursor), the slot and Q, then its n + 1
   // stages (K of tile j with V of tile j - 1). `it` counts stages over the CTA's blocks, so
   // stage and phase continue across blocks; after the last block a slot with row0 = -1.
@@ -367,7 +426,7 @@ struct WgmmaPrefill {
       // Q is dead after the block's last S: releasing it then lets the next block's Q load
       // while this block finishes. `done_with_q(j)` after tile j's S; a warpgroup that never
       // ran the last S releases Q after the loop.
-      bool q_held = true;
+      bool q_held = true, stored = false;
       auto done_with_q = [&](int j) {
         if (j == sp.ntiles - 1) {
           mbar_arrive(q_empty());
@@ -427,7 +486,7 @@ struct WgmmaPrefill {
           mbar_arrive(empty(s));
           to_p(alpha, acc, sacc, pa);
         }
-        {  // the last tile's P V
+        {  // the last tile's P V, then O through the stage where it can (store_staged)
           const int s = it % S;
           mbar_wait(full(s), (it / S) & 1);
           fence_proxy_async_smem();
@@ -435,12 +494,18 @@ struct WgmmaPrefill {
           issue_pv(s, acc, pa);
           pass();
           wait_all(acc, pa);
-          mbar_arrive(empty(s));
+          if (kStagedOut && p.staged_out) {
+            store_staged(p, bs, rw.first + warp * 16, wg, warp, lane, s, acc, m_run, l_run);
+            stored = true;
+          } else {
+            mbar_arrive(empty(s));
+          }
           ++it;
         }
       }
       if (q_held) mbar_arrive(q_empty());
-      if (rw.live) store_rows<T, 1, DV>(p, e, bs.h, rw.first + warp * 16, acc, m_run, l_run, lane);
+      if (rw.live && !stored)
+        store_rows<T, 1, DV>(p, e, bs.h, rw.first + warp * 16, acc, m_run, l_run, lane);
     }
     if (pp && wg == 0) named_barrier_sync(1, 256);
   }
@@ -451,6 +516,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     prefill_wgmma_kernel(const __grid_constant__ PrefillParams p) {
 #ifdef FLASHBACK_WGMMA
   extern __shared__ __align__(1024) unsigned char smem_raw[];
+  // Aligned up to 1024 bytes through an integer. (Through pointer arithmetic on the shared array
+  // the compiler knows the block slots are shared and reads them with ld.shared, not generic
+  // loads, which ncu counted at ~3 % of the consumers' samples at prefill_8x2k; yet that build
+  // ran 1.6-2.2 % slower on prefill_8x2k and prefill_1x16k, H200 session 17.)
   unsigned char* smem = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
   WgmmaPrefill<Cfg, T, CAP> k;
