@@ -58,6 +58,19 @@ __device__ __forceinline__ Entry load_entry(const PrefillParams& p, int b, int g
   return e;
 }
 
+// Ends a thread's row r of a block: the quad's partial sums of l added up, the row's LSE
+// stored (natural log; -inf for a row that saw no key), and O's factor returned (v_descale / l,
+// 0 for no key). Every lane of the warp calls it (the shuffles); rows past q_len store nothing.
+__device__ __forceinline__ float finish_row(const PrefillParams& p, const Entry& e, int h, int r,
+                                            float m, float& l, int lane) {
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+  if (p.lse && (lane & 3) == 0 && r < e.q_len)
+    p.lse[(e.q0 + r) * p.lse_st + static_cast<int64_t>(h) * p.lse_sh] =
+        l > 0.f ? (m + log2f(l)) * kLn2 : -INFINITY;
+  return l > 0.f ? e.vd / l : 0.f;
+}
+
 // Epilogue of a warp whose m-tiles start at entry-relative query row `first`: normalise (with
 // the value descale) and write O and LSE; empty rows give zeros and LSE -inf. l_run holds
 // per-thread partial sums (a row lives in a quad of lanes), reduced here.
@@ -69,21 +82,15 @@ __device__ __forceinline__ void store_rows(const PrefillParams& p, const Entry& 
 #pragma unroll
   for (int ri = 0; ri < 2 * MT; ++ri) {
     const int mt = ri >> 1, i = ri & 1;
-    l_run[ri] += __shfl_xor_sync(0xffffffffu, l_run[ri], 1);
-    l_run[ri] += __shfl_xor_sync(0xffffffffu, l_run[ri], 2);
     const int r = first + mt * 16 + (lane >> 2) + 8 * i;
+    const float inv = finish_row(p, e, h, r, m_run[ri], l_run[ri], lane);
     if (r >= e.q_len) continue;
-    const int64_t tok = e.q0 + r;
-    const float inv = l_run[ri] > 0.f ? e.vd / l_run[ri] : 0.f;
-    T* o = static_cast<T*>(p.out) + tok * p.out_st + static_cast<int64_t>(h) * p.out_sh +
+    T* o = static_cast<T*>(p.out) + (e.q0 + r) * p.out_st + static_cast<int64_t>(h) * p.out_sh +
            2 * (lane & 3);
 #pragma unroll
     for (int u = 0; u < DV / 8; ++u)
       *reinterpret_cast<uint32_t*>(o + u * 8) =
           pack2<T>(acc[mt][u][2 * i] * inv, acc[mt][u][2 * i + 1] * inv);
-    if (p.lse && (lane & 3) == 0)
-      p.lse[tok * p.lse_st + static_cast<int64_t>(h) * p.lse_sh] =
-          l_run[ri] > 0.f ? (m_run[ri] + log2f(l_run[ri])) * kLn2 : -INFINITY;
   }
 }
 

@@ -232,15 +232,8 @@ struct WgmmaPrefill {
     const int h = bs.h;
     float inv[2];
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 1);
-      l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 2);
-      inv[i] = l_run[i] > 0.f ? e.vd / l_run[i] : 0.f;
-      const int r = first + (lane >> 2) + 8 * i;
-      if (p.lse && (lane & 3) == 0 && r < e.q_len)
-        p.lse[(e.q0 + r) * p.lse_st + static_cast<int64_t>(h) * p.lse_sh] =
-            l_run[i] > 0.f ? (m_run[i] + log2f(l_run[i])) * kLn2 : -INFINITY;
-    }
+    for (int i = 0; i < 2; ++i)
+      inv[i] = finish_row(p, e, h, first + (lane >> 2) + 8 * i, m_run[i], l_run[i], lane);
     const uint32_t buf = k_stage(stage) + (wg * 64 + warp * 16) * ROW;
     // stmatrix u / 2: matrices (u, rows 0-7), (u, rows 8-15), (u + 1, 0-7), (u + 1, 8-15) of the
     // warp's 16 rows; lane l gives row l % 8 of matrix l / 8.
