@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# One GPU-machine call that checks and measures everything CUDA: every gpu test binary, a
-# compute-sanitizer memcheck subset, then `flashback bench --device cuda` and peers.py in the
-# same run (bench/compare.py run). Short table last; logs under $OUT.
+# One GPU-machine call that checks and measures everything CUDA: every gpu test binary and the
+# compute-sanitizer subsets, all at once (scripts/gpu_ptests.sh ALL=1, which holds their list),
+# then `flashback bench --device cuda` and peers.py in the same run (bench/compare.py run).
+# Short table last; logs under $OUT (tests in tlogs.tgz).
 #   stage (build machine):  bash scripts/gpu_final.sh stage BUILD_DIR   -> build/gpupkg/pkg.tar.xz
 #   run (GPU machine):      bash scripts/gpu_final.sh run               (carry ["build/gpupkg"])
 #   SKIP_ALT=1 leaves out the prefill tests on the mma.sync kernel and with forced pairs;
 #   SKIP_MODES=1 the MLA-on-mma.sync and deterministic-mode benchmarks (a shorter call);
-#   PART=tests runs only the tests and sanitizers, PART=bench only the measurements (two calls
-#   when one would outlast the device tool's 600 s limit); ONLY=REGEX only the steps whose name
+#   PART=tests runs only the tests and sanitizers (~3 minutes), PART=bench only the
+#   measurements; ONLY=REGEX only the steps whose name
 #   matches (e.g. ONLY='prefill|^bench$' after a prefill-only change).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -43,72 +44,9 @@ step() {  # name, timeout, command...
   summary+=("$(printf '%-28s rc=%-3s %4ss  %s' $name $rc $((SECONDS - t0)) "$(grep -E '^\[  (PASSED|FAILED)  \]|ERROR SUMMARY' $LOGS/$name.log | tr '\n' ' ')")")
   echo "${summary[-1]}"; grep -E '^\[  FAILED  \]' $LOGS/$name.log | head -12
 }
-if [[ ${PART:-all} != bench ]]; then  # the tests and sanitizers
-for t in $TESTS; do step $t 180 $BIN/$t; done
-# The MLA tests again on kernel.cuh, which the Hopper MLA kernel (mla_wgmma.cuh) otherwise takes.
-step cuda_test_decode_mla_mma 120 env FLASHBACK_DECODE_KERNEL=mma $BIN/cuda_test_decode \
-  --gtest_filter='CudaDecode.Mla*'
-# The MLA batches of <= 16 rows again on mla_wgmma.cuh's 64-row kernel (mla_narrow.cuh's otherwise).
-step cuda_test_decode_mla_64rows 120 env FLASHBACK_MLA_NARROW=0 $BIN/cuda_test_decode \
-  --gtest_filter='CudaDecode.MlaAbsorbedNarrow'
-# The decode tests again as a GPU with 99 KB of shared memory per block (sm_86/89) would choose:
-# the warps-split-keys shapes whose Hopper layout does not fit run on kernel.cuh.
-step cuda_test_decode_small_smem 150 env FLASHBACK_DECODE_SMEM_BLOCK=101376 $BIN/cuda_test_decode \
-  --gtest_filter='-CudaDecode.Mla*'
-# The decode tests again with every batch ranked longest first (entry.cuh), not only the deep
-# grids the default rule ranks.
-step cuda_test_decode_longest_first 180 env FLASHBACK_DECODE_ORDER=length $BIN/cuda_test_decode \
-  --gtest_filter='-CudaDecode.Mla*'
-if [[ -z ${SKIP_ALT:-} ]]; then  # SKIP_ALT=1: a shorter call when the prefill kernels did not change
-  # The sm80 (mma.sync) prefill kernel on the same cases, which the Hopper path otherwise takes.
-  step cuda_test_prefill_mma 120 env FLASHBACK_PREFILL_KERNEL=mma $BIN/cuda_test_prefill
-  # The Hopper kernel with two query blocks per CTA forced (the tests' grids are too small for
-  # the automatic choice to pair them).
-  step cuda_test_prefill_pairs 120 env FLASHBACK_PREFILL_PERSISTENT=0 FLASHBACK_PREFILL_PAIRS=1 $BIN/cuda_test_prefill
-fi
-# The Hopper kernel's persistent schedule with 3 CTAs, so each walks many blocks of many entries
-# and heads (ragged batches, empty entries and entries past the max_seqlen_q hint included); the
-# tests' grids are too small for the automatic choice. Then under both sanitizers (the block
-# slots the producer hands the consumers through shared memory).
-step cuda_test_prefill_persistent 200 env FLASHBACK_PREFILL_PERSISTENT=3 $BIN/cuda_test_prefill
-step memcheck_prefill_persistent 90 env FLASHBACK_PREFILL_PERSISTENT=3 compute-sanitizer --tool memcheck \
-  --error-exitcode 9 $BIN/cuda_test_prefill --gtest_filter='CudaPrefill.Variants:CudaRagged.MlaChunkedPrefixShapes'
-step racecheck_prefill_persistent 120 env FLASHBACK_PREFILL_PERSISTENT=3 compute-sanitizer --tool racecheck \
-  --error-exitcode 9 $BIN/cuda_test_prefill --gtest_filter='CudaPrefill.Variants:CudaRagged.MlaChunkedPrefixShapes'
-step synccheck_prefill_persistent 120 env FLASHBACK_PREFILL_PERSISTENT=3 compute-sanitizer --tool synccheck \
-  --error-exitcode 9 $BIN/cuda_test_prefill --gtest_filter='CudaPrefill.Variants:CudaRagged.MlaChunkedPrefixShapes'
-step memcheck_decode 45 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda_test_decode \
-  --gtest_filter='CudaDecode.Splits:CudaDecode.TableRowsAndKvStart'
-step memcheck_prefill 60 env FLASHBACK_PREFILL_PERSISTENT=0 FLASHBACK_PREFILL_PAIRS=1 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda_test_prefill \
-  --gtest_filter='CudaPrefill.Variants:CudaRagged.MlaChunkedPrefixShapes'
-step memcheck_backend 45 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda_test_backend_cuda
-# The serving trace through the backend on the GPU (device copies of pools, batch arrays, outputs).
-step memcheck_trace 240 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda_test_trace \
-  --gtest_filter='*P16'
-step memcheck_mla 60 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda_test_decode \
-  --gtest_filter='CudaDecode.MlaAbsorbedVariants'
-# The longest-first ranking (shared keys, two barriers) under both tools, ranked by force on
-# tests whose 16-row blocks take the warps-split-keys kernel (CudaDecode.Splits' 32-row blocks
-# take kernel.cuh, which never ranks).
-step memcheck_longest_first 60 env FLASHBACK_DECODE_ORDER=length compute-sanitizer --tool memcheck \
-  --error-exitcode 9 $BIN/cuda_test_decode \
-  --gtest_filter='CudaDecode.NoMaxSeqlenHint:CudaDecode.VerifyAndRaggedShortQueries'
-step racecheck_longest_first 90 env FLASHBACK_DECODE_ORDER=length compute-sanitizer --tool racecheck \
-  --error-exitcode 9 $BIN/cuda_test_decode \
-  --gtest_filter='CudaDecode.NoMaxSeqlenHint:CudaDecode.VerifyAndRaggedShortQueries'
-# The warps-split-keys kernel's per-warp K/V pipeline at every residency it takes (head dims 64:
-# three CTAs per SM, 128: two (bf16) or three (fp8), 256: one). Verify and Variants cover every
-# built head dim.
-step racecheck_decode 60 compute-sanitizer --tool racecheck --error-exitcode 9 $BIN/cuda_test_decode \
-  --gtest_filter='CudaDecode.Splits:CudaDecode.VerifyAndRaggedShortQueries'
-step racecheck_decode_variants 90 compute-sanitizer --tool racecheck --error-exitcode 9 $BIN/cuda_test_decode \
-  --gtest_filter='CudaDecode.Variants'
-step racecheck_mla 60 compute-sanitizer --tool racecheck --error-exitcode 9 $BIN/cuda_test_decode \
-  --gtest_filter='CudaDecode.MlaAbsorbed'
-# The Hopper prefill kernel's consumer pingpong (named barriers 1 and 2) and TMA stages: the
-# 192/128 ring that wraps, and every TMA box form.
-step racecheck_prefill 90 compute-sanitizer --tool racecheck --error-exitcode 9 $BIN/cuda_test_prefill \
-  --gtest_filter='CudaRagged.MlaChunkedPrefixShapes:CudaPrefill.TmaBoxPageSizes'
+if [[ ${PART:-all} != bench ]]; then  # the tests and sanitizers, all at once (gpu_ptests.sh)
+  OUT=$OUT ALL=1 TO=300 bash scripts/gpu_ptests.sh | tee $LOGS/tests.txt
+  mapfile -t -O ${#summary[@]} summary < <(grep -E 'rc=' $LOGS/tests.txt)
 fi
 if [[ ${PART:-all} != tests ]]; then  # the measurements
 if [[ -n ${NCU:-} ]]; then  # one launch of each hot kernel under Nsight Compute (clocks untouched)
