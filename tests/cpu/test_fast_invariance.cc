@@ -97,6 +97,22 @@ TEST(FastInvariance, LongDecodeAloneOrBatchedAnyThreadCount) {
   expect_invariant(c, 1);
 }
 
+// Many splits of 512 keys (18 and 19): on one thread they run in one call, each split's first
+// tile prefetched by the split before; on two or three they run one per work item.
+TEST(FastInvariance, SplitGroupsWithAndWithoutWindow) {
+  AttentionCase c;
+  c.heads_q = 8;
+  c.heads_kv = 2;
+  c.head_dim = 128;
+  c.page_size = 16;
+  c.q_lens = {1, 1};
+  c.kv_lens = {9000, 700};
+  expect_invariant(c, 0);
+  c.kv_lens = {12000, 300};
+  c.window_left = 9500;  // starts mid-tile, mid-split
+  expect_invariant(c, 0);
+}
+
 TEST(FastInvariance, ExtendWindowSoftcap) {
   AttentionCase c;
   c.heads_q = 4;

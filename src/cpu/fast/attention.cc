@@ -85,7 +85,7 @@ void run_tasks(const AttnArgs& a, const std::vector<Task>& tasks, const Exec& ex
   if (!split) {
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
     for (int64_t i = 0; i < n; ++i) {
-      thread_local std::vector<float> state;
+      thread_local LineVector<float> state;
       state.resize(static_cast<size_t>(sf));
       const Task& t = tasks[i];
       run_splits(a, t, t.split_lo, t.split_hi, state.data());
@@ -99,7 +99,7 @@ void run_tasks(const AttnArgs& a, const std::vector<Task>& tasks, const Exec& ex
     first[i + 1] = first[i] + (tasks[i].split_hi - tasks[i].split_lo);
     for (int64_t s = tasks[i].split_lo; s < tasks[i].split_hi; ++s) units.emplace_back(i, s);
   }
-  std::vector<float> states(static_cast<size_t>(std::max<int64_t>(1, splits) * sf));
+  LineVector<float> states(static_cast<size_t>(std::max<int64_t>(1, splits) * sf));
   const int64_t nu = static_cast<int64_t>(units.size());
 #pragma omp parallel num_threads(threads)
   {

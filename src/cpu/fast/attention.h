@@ -4,10 +4,42 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
+#include <new>
+#include <vector>
 
 #include "flashback/tensor.h"
 
 namespace flashback::cpu_fast {
+
+/// std::allocator with cache-line (64-byte) alignment, for the kernels' fp32 scratch: their rows
+/// are read with full-width vector loads (often as FMA memory operands), and a load that
+/// straddles two lines costs about twice as much. With malloc's 16-byte alignment a thread's
+/// q rows sat at 16 bytes past a line in some runs, which made the decode score loop ~20 %
+/// slower on Zen 3 (PERFORMANCE_CPU.md, session 18).
+template <class T>
+struct LineAllocator {
+  using value_type = T;
+  static constexpr std::size_t kAlign = 64;
+  LineAllocator() = default;
+  template <class U>
+  LineAllocator(const LineAllocator<U>&) noexcept {}  // NOLINT(google-explicit-constructor)
+  T* allocate(std::size_t n) {
+    const std::size_t bytes = (n * sizeof(T) + kAlign - 1) / kAlign * kAlign;
+    void* p = std::aligned_alloc(kAlign, bytes == 0 ? kAlign : bytes);
+    if (p == nullptr) throw std::bad_alloc();
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, std::size_t) noexcept { std::free(p); }
+  template <class U>
+  bool operator==(const LineAllocator<U>&) const noexcept {
+    return true;
+  }
+};
+
+/// A vector whose data starts on a cache line (LineAllocator).
+template <class T>
+using LineVector = std::vector<T, LineAllocator<T>>;
 
 /// Keys per tile: K/V rows are converted to fp32 and scored this many at a time.
 inline constexpr int64_t kTileKeys = 32;
@@ -77,7 +109,8 @@ void key_offsets(const AttnArgs& a, const Task& t, int64_t t0, int64_t n, int64_
                  int64_t* v_off);
 
 // SIMD kernels (attention_kernel.cc), dispatched to the best target at run time.
-/// Runs splits [s_lo, s_hi) of `t`, merged in order into `state` (starts empty).
+/// Runs splits [s_lo, s_hi) of `t`, merged in order into `state` (starts empty). Within the
+/// range a split's last tile prefetches the next split's first one.
 void run_splits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, float* state);
 /// Merges `n` states in order and writes the task's out / lse rows.
 void finish(const AttnArgs& a, const Task& t, const float* states, int64_t n);

@@ -25,12 +25,12 @@ HWY_BEFORE_NAMESPACE();
 namespace flashback::cpu_fast::HWY_NAMESPACE {
 
 struct Scratch {
-  std::vector<float> q, k, v, s, part;
+  LineVector<float> q, k, v, s, part;
   std::vector<int64_t> k_off, v_off;
   // Row pointers of tile key j: in place at [j] (see Rows), fp32 tiles of KV head gi at
   // [gi · kTileKeys + j]; pk/pv: the next tile's rows, in place.
   std::vector<const void*> kp, vp, pk, pv;
-  std::vector<float> qt, st, wm, row_lo, row_hi;  // transposed (wide) path
+  LineVector<float> qt, st, wm, row_lo, row_hi;  // transposed (wide) path
 };
 
 Scratch& scratch() {
@@ -165,39 +165,61 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
   const void** kp = sc.kp.data();
   const void** vp = sc.vp.data();
   float* part = sc.part.data();
+  // Split sp's key range [k_lo, k_hi] (empty when k_lo > k_hi) and the tile-local loaded range
+  // [j0, j1) of tile ts within it.
+  auto split_range = [&](int64_t sp, int64_t& k_lo, int64_t& k_hi) {
+    k_lo = std::max(u_lo, sp * kSplitKeys);
+    k_hi = std::min(u_hi, (sp + 1) * kSplitKeys - 1);
+  };
+  auto tile_range = [](int64_t k_lo, int64_t k_hi, int64_t ts, int64_t& j0, int64_t& j1) {
+    j0 = std::max(k_lo, ts) - ts;
+    j1 = std::min(k_hi, ts + kTileKeys - 1) - ts + 1;
+  };
+  // The tile after tile ts of split sp, crossing into the next non-empty split of the range, so
+  // that the last tile of a split prefetches the first one of the next (split boundaries are
+  // tile boundaries). Offsets of its keys go to (ko, vo); returns their count (0: no next tile).
+  auto next_tile_offsets = [&](int64_t sp, int64_t ts, int64_t* ko, int64_t* vo) -> int64_t {
+    int64_t k_lo, k_hi, j0, j1;
+    split_range(sp, k_lo, k_hi);
+    ts += kTileKeys;
+    while (ts > k_hi || k_lo > k_hi) {
+      if (++sp >= s_hi) return 0;
+      split_range(sp, k_lo, k_hi);
+      ts = k_lo / kTileKeys * kTileKeys;
+    }
+    tile_range(k_lo, k_hi, ts, j0, j1);
+    key_offsets(a, t, ts + j0, j1 - j0, ko, vo);
+    return j1 - j0;
+  };
+  // Offsets of tile ts's keys are in (ko, vo); the next tile's are computed one step ahead and
+  // its rows prefetched, because with random page placement the hardware prefetcher cannot
+  // follow the key rows and each tile would otherwise wait on memory latency.
+  int64_t* ko = sc.k_off.data();
+  int64_t* vo = sc.v_off.data();
+  int64_t* ko_next = ko + kTileKeys;
+  int64_t* vo_next = vo + kTileKeys;
+  bool first = true;  // no tile of the range has run yet (so none prefetched this one)
   for (int64_t sp = s_lo; sp < s_hi; ++sp) {
-    const int64_t k_lo = std::max(u_lo, sp * kSplitKeys);
-    const int64_t k_hi = std::min(u_hi, (sp + 1) * kSplitKeys - 1);
+    int64_t k_lo, k_hi;
+    split_range(sp, k_lo, k_hi);
     if (k_lo > k_hi) continue;
     clear_state(part, rows, dvp);
     float* pm = part;
     float* pl = part + kMaxRows;
     float* po = part + 2 * kMaxRows;
-    // Offsets of tile ts's keys go to (ko, vo); the next tile's are computed one step ahead and
-    // its rows prefetched, because with random page placement the hardware prefetcher cannot
-    // follow the key rows and each tile would otherwise wait on memory latency.
-    auto tile_range = [&](int64_t ts, int64_t& j0, int64_t& j1) {
-      j0 = std::max(k_lo, ts) - ts;
-      j1 = std::min(k_hi, ts + kTileKeys - 1) - ts + 1;
-    };
-    auto load_offsets = [&](int64_t ts, int64_t* ko, int64_t* vo) {
-      int64_t j0, j1;
-      tile_range(ts, j0, j1);
-      key_offsets(a, t, ts + j0, j1 - j0, ko, vo);
-      return j1 - j0;
-    };
-    int64_t* ko = sc.k_off.data();
-    int64_t* vo = sc.v_off.data();
-    int64_t* ko_next = ko + kTileKeys;
-    int64_t* vo_next = vo + kTileKeys;
     const int64_t first_tile = k_lo / kTileKeys * kTileKeys;
-    load_offsets(first_tile, ko, vo);
+    if (first) {
+      int64_t j0, j1;
+      tile_range(k_lo, k_hi, first_tile, j0, j1);
+      key_offsets(a, t, first_tile + j0, j1 - j0, ko, vo);
+    }
     for (int64_t ts = first_tile; ts <= k_hi; ts += kTileKeys) {
       // Tile-local loaded range [j0, j1).
       int64_t j0, j1;
-      tile_range(ts, j0, j1);
-      const int64_t nn =
-          ts + kTileKeys <= k_hi ? load_offsets(ts + kTileKeys, ko_next, vo_next) : 0;
+      tile_range(k_lo, k_hi, ts, j0, j1);
+      const int64_t nn = next_tile_offsets(sp, ts, ko_next, vo_next);
+      const bool first_of_range = first;
+      first = false;
       // Row pointers of the task's first KV head; head gi adds gi · k_head elements (Rows::off).
       for (int64_t i = 0; i < nn; ++i) {
         sc.pk[i] = kbase + ko_next[i] * esz;
@@ -226,11 +248,11 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
       std::swap(vo, vo_next);
       if (tile_scores) {
         // Prefetches: the next tile's K during this tile's scores and its V during this tile's
-        // P·V, each spread evenly over that phase; a split's first tile fetches its own V
+        // P·V, each spread evenly over that phase; the range's first tile fetches its own V
         // during its scores (no earlier P·V did).
         const PrefetchHeads pk{{sc.pk.data(), 0}, nn, a.head_dim * esz, t.ng, a.k_head * esz};
         const PrefetchHeads pv{
-            {vp + j0, 0}, ts == first_tile ? j1 - j0 : 0, a.head_dim_v * esz, t.ng, a.v_head * esz};
+            {vp + j0, 0}, first_of_range ? j1 - j0 : 0, a.head_dim_v * esz, t.ng, a.v_head * esz};
         const PrefetchHeads nv{{sc.pv.data(), 0}, nn, a.head_dim_v * esz, t.ng, a.v_head * esz};
         const int64_t blocks = t.ng * pv_pair_blocks(head_rows, a.head_dim_v);
         PrefetchStream v_next{&nv, (nn * t.ng + blocks - 1) / blocks};
