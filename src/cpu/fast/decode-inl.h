@@ -112,45 +112,52 @@ inline void scores_tile_pairs(const float* q, int64_t qs, int64_t head_rows, int
                               int64_t k_head_bytes, int64_t len, int64_t j0, int64_t j1, float* s,
                               int64_t srow, int64_t skey, const PrefetchHeads& pk,
                               const PrefetchHeads& pv) {
+  // Pair c of a key scores rows 4c..4c+3 (head c / groups) against that head's K row; a key's
+  // pairs go in blocks of 3 (then 2 or 1), each head's K and V rows prefetched before its first.
   const int64_t groups = head_rows / 4, per_key = heads * groups;
-  const int64_t total = (j1 - j0) * per_key;
-  // Pair c: key j0 + c / per_key, then head, then row group; (j, g, rg) advanced in step.
-  int64_t j = j0, g = 0, rg = 0;
   const int64_t n = j1 - j0, row_bytes = len * 2;  // bf16
   const int64_t keys_ahead = std::clamp<int64_t>(kAheadBytes / (heads * row_bytes), 2, kTileKeys);
   const PrefetchHeads ahead{k + j0, n, row_bytes, heads, k_head_bytes};  // this tile's K
-  auto next = [&](const float*& qc, const void*& kc, float*& sc) {
-    if (rg == 0) {  // row (key j, head g) of the prefetch lists, in step
-      const int64_t i = j - j0 + keys_ahead;
-      if (i < n)
-        ahead.row(i, g);
-      else
-        pk.row(i - n, g);
-      pv.row(j - j0, g);
-    }
-    const int64_t r = g * head_rows + rg * 4;
-    qc = q + r * qs;
-    kc = static_cast<const char*>(k[j]) + g * k_head_bytes;
-    sc = s + r * srow + j * skey;
-    if (++rg == groups) {
-      rg = 0;
-      if (++g == heads) {
-        g = 0;
-        ++j;
+  const int64_t q_step = 4 * qs, s_step = 4 * srow;
+  for (int64_t j = j0; j < j1; ++j) {
+    const int64_t ia = j - j0 + keys_ahead;  // the key whose K is prefetched now
+    const PrefetchHeads& pa = ia < n ? ahead : pk;
+    const int64_t pi = ia < n ? ia : ia - n;
+    const float* qn = q;
+    const char* kn = static_cast<const char*>(k[j]);
+    float* sn = s + j * skey;
+    int64_t g = 0, rg = 0;
+    auto next = [&](const float*& qc, const void*& kc, float*& sc) {
+      if (rg == 0) {
+        pa.row(pi, g);
+        pv.row(j - j0, g);
       }
+      qc = qn;
+      kc = kn;
+      sc = sn;
+      qn += q_step;
+      sn += s_step;
+      if (++rg == groups) {
+        rg = 0;
+        ++g;
+        kn += k_head_bytes;
+      }
+    };
+    const float* qc[3];
+    const void* kc[3];
+    float* sc[3];
+    int64_t c = 0;
+    for (; c + 3 <= per_key; c += 3) {
+      for (int i = 0; i < 3; ++i) next(qc[i], kc[i], sc[i]);
+      dot_block_pairs<3>(qc, qs, kc, len, sc, srow);
     }
-  };
-  int64_t c = 0;
-  const float* qc[3];
-  const void* kc[3];
-  float* sc[3];
-  for (; c + 3 <= total; c += 3) {
-    for (int i = 0; i < 3; ++i) next(qc[i], kc[i], sc[i]);
-    dot_block_pairs<3>(qc, qs, kc, len, sc, srow);
-  }
-  for (; c < total; ++c) {
-    next(qc[0], kc[0], sc[0]);
-    dot_block_pairs<1>(qc, qs, kc, len, sc, srow);
+    if (per_key - c == 2) {
+      for (int i = 0; i < 2; ++i) next(qc[i], kc[i], sc[i]);
+      dot_block_pairs<2>(qc, qs, kc, len, sc, srow);
+    } else if (per_key - c == 1) {
+      next(qc[0], kc[0], sc[0]);
+      dot_block_pairs<1>(qc, qs, kc, len, sc, srow);
+    }
   }
   if (n < keys_ahead) pk.rows(0, keys_ahead - n);  // the next tile's rows no key reached
 }
