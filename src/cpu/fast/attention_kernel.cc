@@ -266,8 +266,8 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
           if (alpha[r] != 1.0f) scale_row(po + r * dvp, dvp, alpha[r]);
         for (int64_t gi = 0; gi < t.ng; ++gi) {
           const int64_t r0 = gi * head_rows;
-          accumulate<Bf16Pairs>(sc.st.data() + r0, 1, ra, head_rows, Rows{vp, gi * a.v_head * esz},
-                                j0, j1, po + r0 * dvp, dvp, a.head_dim_v, &v_next);
+          accumulate<Bf16Pairs, 1>(sc.st.data() + r0, ra, head_rows, Rows{vp, gi * a.v_head * esz},
+                                   j0, j1, po + r0 * dvp, dvp, a.head_dim_v, &v_next);
         }
         v_next.finish();
         continue;
@@ -297,7 +297,7 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
               softmax_row(srow, ra, re, a.softcap, pm[r], pl[r], po + r * dvp, dvp);
             }
           }
-          accumulate<T>(s0, kTileKeys, 1, head_rows, vg, j0, j1, o0, dvp, pv_len);
+          accumulate<T, kTileKeys>(s0, 1, head_rows, vg, j0, j1, o0, dvp, pv_len);
         };
         if (wide) {
           // Transposed path: m, l of this head's rows as whole vectors (padding lanes empty).
@@ -319,10 +319,10 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
           for (int64_t r = 0; r < head_rows; ++r)
             if (wa[r] != 1.0f) scale_row(o0 + r * dvp, dvp, wa[r]);
           if (wide_pairs)
-            accumulate<Bf16Pairs>(sc.st.data(), 1, rp, head_rows, vg, j0, j1, o0, dvp,
-                                  a.head_dim_v);
+            accumulate<Bf16Pairs, 1>(sc.st.data(), rp, head_rows, vg, j0, j1, o0, dvp,
+                                     a.head_dim_v);
           else
-            accumulate<float>(sc.st.data(), 1, rp, head_rows, vg, j0, j1, o0, dvp, dvp);
+            accumulate<float, 1>(sc.st.data(), rp, head_rows, vg, j0, j1, o0, dvp, dvp);
         } else if (!direct || a.kv_dtype == DType::kF32) {
           run(float{});
         } else if (pairs) {

@@ -206,9 +206,9 @@ void scores(const float* q, int64_t qs, int64_t rows, Rows k, int64_t len, int64
 // O[i] += Σ_j p[i][j] · v_j over keys [j0, j1) for R rows, W vectors of O at a time (W pairs
 // of vectors for Bf16Pairs, O de-interleaved); each element sees the same MulAdd sequence
 // whichever R and W are used.
-template <int R, int W, class T>
-HWY_INLINE void pv_block(const float* p, int64_t prow, int64_t pkey, Rows v, int64_t j0, int64_t j1,
-                         float* o, int64_t os, int64_t x) {
+template <int R, int W, class T, int64_t PROW>
+HWY_INLINE void pv_block(const float* p, int64_t pkey, Rows v, int64_t j0, int64_t j1, float* o,
+                         int64_t os, int64_t x) {
   const DF df;
   const int64_t N = lanes();
   constexpr int kV = std::is_same_v<T, Bf16Pairs> ? 2 * W : W;  // vectors of O per row
@@ -225,7 +225,7 @@ HWY_INLINE void pv_block(const float* p, int64_t prow, int64_t pkey, Rows v, int
       }
     }
     for (int i = 0; i < R; ++i) {
-      const VF pb = hn::Set(df, p[i * prow + j * pkey]);
+      const VF pb = hn::Set(df, p[i * PROW + j * pkey]);
       for (int w = 0; w < kV; ++w) acc[i][w] = hn::MulAdd(pb, vv[w], acc[i][w]);
     }
   }
@@ -241,11 +241,15 @@ inline int64_t pv_pair_blocks(int64_t rows, int64_t len) {
   return (r6 + r4) * chunks + r1 * (len / (4 * N) + len % (4 * N) / (2 * N));
 }
 
-// Weights of row i, key j at p[i · prow + j · pkey] (row-major scores or their transpose).
+// Weights of row i, key j at p[i · PROW + j · pkey]: PROW = kTileKeys and pkey = 1 for row-major
+// scores, PROW = 1 for their transpose. The row stride is a template argument so the weights'
+// addresses in P·V's inner loop are a base plus constants: as a run-time argument GCC 12 kept
+// the row offsets on the stack, four more loads per key (it had specialised them before by
+// chance, as a constprop clone).
 // Bf16Pairs: `pf` (optional) takes a step before each block of O.
-template <class T>
-void accumulate(const float* p, int64_t prow, int64_t pkey, int64_t rows, Rows v, int64_t j0,
-                int64_t j1, float* o, int64_t os, int64_t len, PrefetchStream* pf = nullptr) {
+template <class T, int64_t PROW>
+void accumulate(const float* p, int64_t pkey, int64_t rows, Rows v, int64_t j0, int64_t j1,
+                float* o, int64_t os, int64_t len, PrefetchStream* pf = nullptr) {
   const int64_t N = lanes();
   int64_t r = 0;
   if constexpr (std::is_same_v<T, Bf16Pairs>) {  // len is a multiple of 2N
@@ -254,22 +258,22 @@ void accumulate(const float* p, int64_t prow, int64_t pkey, int64_t rows, Rows v
     for (; r + 6 <= rows; r += 6)  // 12 accumulator chains
       for (int64_t x = 0; x < len; x += 2 * N) {
         ps.step();
-        pv_block<6, 1, T>(p + r * prow, prow, pkey, v, j0, j1, o + r * os, os, x);
+        pv_block<6, 1, T, PROW>(p + r * PROW, pkey, v, j0, j1, o + r * os, os, x);
       }
     for (; r + 4 <= rows; r += 4)
       for (int64_t x = 0; x < len; x += 2 * N) {
         ps.step();
-        pv_block<4, 1, T>(p + r * prow, prow, pkey, v, j0, j1, o + r * os, os, x);
+        pv_block<4, 1, T, PROW>(p + r * PROW, pkey, v, j0, j1, o + r * os, os, x);
       }
     for (; r < rows; ++r) {
       int64_t x = 0;
       for (; x + 4 * N <= len; x += 4 * N) {
         ps.step();
-        pv_block<1, 2, T>(p + r * prow, prow, pkey, v, j0, j1, o + r * os, os, x);
+        pv_block<1, 2, T, PROW>(p + r * PROW, pkey, v, j0, j1, o + r * os, os, x);
       }
       for (; x < len; x += 2 * N) {
         ps.step();
-        pv_block<1, 1, T>(p + r * prow, prow, pkey, v, j0, j1, o + r * os, os, x);
+        pv_block<1, 1, T, PROW>(p + r * PROW, pkey, v, j0, j1, o + r * os, os, x);
       }
     }
     return;
@@ -277,23 +281,23 @@ void accumulate(const float* p, int64_t prow, int64_t pkey, int64_t rows, Rows v
   for (; r + 6 <= rows; r += 6) {  // 6 rows × 2 vectors: 12 accumulator chains
     int64_t x = 0;
     for (; x + 2 * N <= len; x += 2 * N)
-      pv_block<6, 2, T>(p + r * prow, prow, pkey, v, j0, j1, o + r * os, os, x);
+      pv_block<6, 2, T, PROW>(p + r * PROW, pkey, v, j0, j1, o + r * os, os, x);
     for (; x < len; x += N)
-      pv_block<6, 1, T>(p + r * prow, prow, pkey, v, j0, j1, o + r * os, os, x);
+      pv_block<6, 1, T, PROW>(p + r * PROW, pkey, v, j0, j1, o + r * os, os, x);
   }
   for (; r + 4 <= rows; r += 4) {
     int64_t x = 0;
     for (; x + 2 * N <= len; x += 2 * N)
-      pv_block<4, 2, T>(p + r * prow, prow, pkey, v, j0, j1, o + r * os, os, x);
+      pv_block<4, 2, T, PROW>(p + r * PROW, pkey, v, j0, j1, o + r * os, os, x);
     for (; x < len; x += N)
-      pv_block<4, 1, T>(p + r * prow, prow, pkey, v, j0, j1, o + r * os, os, x);
+      pv_block<4, 1, T, PROW>(p + r * PROW, pkey, v, j0, j1, o + r * os, os, x);
   }
   for (; r < rows; ++r) {
     int64_t x = 0;
     for (; x + 4 * N <= len; x += 4 * N)
-      pv_block<1, 4, T>(p + r * prow, prow, pkey, v, j0, j1, o + r * os, os, x);
+      pv_block<1, 4, T, PROW>(p + r * PROW, pkey, v, j0, j1, o + r * os, os, x);
     for (; x < len; x += N)
-      pv_block<1, 1, T>(p + r * prow, prow, pkey, v, j0, j1, o + r * os, os, x);
+      pv_block<1, 1, T, PROW>(p + r * PROW, pkey, v, j0, j1, o + r * os, os, x);
   }
 }
 

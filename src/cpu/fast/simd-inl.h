@@ -222,24 +222,15 @@ struct PrefetchHeads {
   // Row i of head g alone.
   HWY_INLINE void row(int64_t i, int64_t g) const {
     if (i >= n) return;
-    lines(static_cast<const char*>(r[i]) + g * head_bytes, bytes);
+    const auto* p = static_cast<const char*>(r[i]) + g * head_bytes;
+    for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 3);
   }
   HWY_INLINE void rows(int64_t i0, int64_t i1) const {
     for (int64_t i = i0; i < std::min(i1, n); ++i)
-      for (int64_t g = 0; g < heads; ++g)
-        lines(static_cast<const char*>(r[i]) + g * head_bytes, bytes);
-  }
-  // The lines of [p, p + len), four per step: issuing prefetches is a good part of decode's
-  // instructions (a 256-byte row took ~25 with a loop step per line, ~10 so).
-  static HWY_INLINE void lines(const char* p, int64_t len) {
-    int64_t b = 0;
-    for (; b + 256 <= len; b += 256) {
-      __builtin_prefetch(p + b, 0, 3);
-      __builtin_prefetch(p + b + 64, 0, 3);
-      __builtin_prefetch(p + b + 128, 0, 3);
-      __builtin_prefetch(p + b + 192, 0, 3);
-    }
-    for (; b < len; b += 64) __builtin_prefetch(p + b, 0, 3);
+      for (int64_t g = 0; g < heads; ++g) {
+        const auto* row = static_cast<const char*>(r[i]) + g * head_bytes;
+        for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(row + b, 0, 3);
+      }
   }
 };
 
