@@ -10,6 +10,7 @@
 #include <ctime>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <new>
 #include <string>
 #include <vector>
@@ -130,6 +131,12 @@ int run_bench(int argc, char** argv) {
   const bench::Ceilings ceil =
       gpu ? bench::measure_cuda_ceilings() : bench::measure_cpu_ceilings(opt.threads);
 
+  // CPU: read passes among each workload's runs (bench/timing.h), against a busy host's drift.
+  std::unique_ptr<bench::ReadProbe> probe;
+  if (!gpu) {
+    probe = std::make_unique<bench::ReadProbe>(opt.threads, bench::cpu_llc_bytes());
+    opt.read_probe = probe.get();
+  }
   std::vector<bench::Row> rows;
   for (const auto& w : workloads) {
     ++index;

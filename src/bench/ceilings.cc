@@ -38,27 +38,9 @@ std::string cpu_model() {
 // sums are associative, so the compiler vectorises the loop without -ffast-math; the result is
 // kept so the loads cannot be removed. The best of several passes, as STREAM reports.
 double measure_read_TBps(int threads, int64_t llc) {
-  const int64_t bytes = std::clamp<int64_t>(8 * llc, int64_t{256} << 20, int64_t{1} << 30);
-  const int64_t n = bytes / 8;
-  std::unique_ptr<uint64_t, decltype(&std::free)> buf(
-      static_cast<uint64_t*>(std::aligned_alloc(64, static_cast<size_t>(bytes))), &std::free);
-  if (!buf) return 0;
-  uint64_t* a = buf.get();
-  advise_huge_pages(a, bytes);
-  // First touch by the threads that read, so pages sit near them on NUMA machines.
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t i = 0; i < n; ++i) a[i] = static_cast<uint64_t>(i);
+  ReadProbe probe(threads, llc);
   double best = 0;
-  volatile uint64_t sink = 0;
-  for (int pass = 0; pass < 8; ++pass) {
-    uint64_t total = 0;
-    const double t0 = now_s();
-#pragma omp parallel for num_threads(threads) schedule(static) reduction(+ : total)
-    for (int64_t i = 0; i < n; ++i) total += a[i];
-    const double dt = now_s() - t0;
-    sink = sink + total;
-    best = std::max(best, static_cast<double>(bytes) / dt / 1e12);
-  }
+  for (int pass = 0; pass < 8; ++pass) best = std::max(best, probe.pass_TBps());
   return best;
 }
 
@@ -140,6 +122,34 @@ double measure_fma_TFLOPs(int threads, const FmaKernel& k) {
 }
 
 }  // namespace
+
+ReadProbe::ReadProbe(int threads, int64_t llc)
+    : threads_(threads > 0 ? threads : omp_get_max_threads()),
+      bytes_(std::clamp<int64_t>(8 * llc, int64_t{256} << 20, int64_t{1} << 30)),
+      buf_(static_cast<uint64_t*>(std::aligned_alloc(64, static_cast<size_t>(bytes_))),
+           &std::free) {
+  if (!buf_) return;
+  uint64_t* a = buf_.get();
+  const int64_t n = bytes_ / 8;
+  advise_huge_pages(a, bytes_);
+  // First touch by the threads that read, so pages sit near them on NUMA machines.
+#pragma omp parallel for num_threads(threads_) schedule(static)
+  for (int64_t i = 0; i < n; ++i) a[i] = static_cast<uint64_t>(i);
+}
+
+double ReadProbe::pass_TBps() {
+  if (!buf_) return 0;
+  const uint64_t* a = buf_.get();
+  const int64_t n = bytes_ / 8;
+  static volatile uint64_t sink = 0;
+  uint64_t total = 0;
+  const double t0 = now_s();
+#pragma omp parallel for num_threads(threads_) schedule(static) reduction(+ : total)
+  for (int64_t i = 0; i < n; ++i) total += a[i];
+  const double dt = now_s() - t0;
+  sink = sink + total;
+  return static_cast<double>(bytes_) / dt / 1e12;
+}
 
 int64_t cpu_llc_bytes() {
   int64_t best = 0;

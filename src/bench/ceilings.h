@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace flashback::bench {
@@ -13,6 +14,22 @@ struct Ceilings {
   double peak_TFLOPs = 0;   // arithmetic peak
   std::string read_method;  // how read_TBps was measured
   std::string peak_method;  // how peak_TFLOPs was measured
+};
+
+/// A parallel streaming read of a buffer of 8x the LLC (256 MiB to 1 GiB), one pass at a time.
+/// The read ceiling is the best of several passes; the bench also runs a pass between a
+/// workload's timed runs (RunOptions::read_probe), so that on a host whose neighbours come and go
+/// the workload's bandwidth can be set against the bandwidth of the same minutes.
+class ReadProbe {
+ public:
+  ReadProbe(int threads, int64_t llc);
+  /// One pass over the buffer, in TB/s (0 if the buffer could not be allocated).
+  double pass_TBps();
+
+ private:
+  int threads_;
+  int64_t bytes_;
+  std::unique_ptr<uint64_t, void (*)(void*)> buf_;
 };
 
 /// Largest CPU cache (the LLC) in bytes, from sysfs; a conservative 64 MiB when unknown.

@@ -19,6 +19,9 @@ struct Row {
   double TBps = 0, TFLOPs = 0;
   std::string bound;  // "memory" or "compute": the ceiling this workload is judged against
   double pct = 0;     // % of that ceiling
+  // Memory-bound rows timed with read passes among their runs: % of the best of those passes
+  // (the read bandwidth of the same minutes; 0 when not measured).
+  double pct_window = 0;
   std::string error;  // non-empty: the workload could not run (the reason)
 };
 

@@ -60,11 +60,18 @@ Timing time_cpu(const Workload& w, const RunOptions& o) {
   for (size_t i = 0; i < std::min<size_t>(copies.size(), 3); ++i) warm = run(copies[i]);
   const int runs = runs_for(warm, o);
   std::vector<double> ms;
+  double window = 0;
+  auto read_pass = [&] {
+    if (o.read_probe) window = std::max(window, o.read_probe->pass_TBps());
+  };
+  read_pass();
   for (int r = 0; r < runs; ++r) {
     if (r % 8 == 0) say("run " + std::to_string(r + 1) + "/" + std::to_string(runs));
     ms.push_back(1e3 * run(copies[static_cast<size_t>(r) % copies.size()]));
+    if (r % 4 == 3 || r == runs - 1) read_pass();
   }
   Timing t;
+  t.window_read_TBps = window;
   t.median_ms = median(ms);
   t.min_ms = *std::min_element(ms.begin(), ms.end());
   t.runs = runs;

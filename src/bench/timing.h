@@ -11,6 +11,8 @@
 
 namespace flashback::bench {
 
+class ReadProbe;  // bench/ceilings.h
+
 struct RunOptions {
   int threads = 0;             // CPU threads (0 = all)
   bool deterministic = false;  // Exec::deterministic
@@ -19,11 +21,15 @@ struct RunOptions {
   int max_runs = 200;
   int64_t max_copy_bytes = int64_t{6} << 30;         // memory all copies together may take
   std::function<void(const std::string&)> progress;  // status line; may be empty
+  // CPU: a read pass before the timed runs, after every fourth and after the last, its best
+  // kept as Timing::window_read_TBps (null: none).
+  ReadProbe* read_probe = nullptr;
 };
 
 struct Timing {
   double median_ms = 0, min_ms = 0;
   int runs = 0, copies = 0;
+  double window_read_TBps = 0;  // best read pass among the runs (RunOptions::read_probe), or 0
 };
 
 /// Median of `samples` (not empty).

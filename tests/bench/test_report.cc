@@ -28,6 +28,30 @@ TEST(Report, MemoryBoundRow) {
   EXPECT_DOUBLE_EQ(r.pct, 50.0);
 }
 
+TEST(Report, WindowCeilingOnMemoryBoundRowsOnly) {
+  Timing t;
+  t.median_ms = 2.0;
+  t.window_read_TBps = 0.8;  // the read passes among the runs
+  const Row m = make_row("m", Cost{1'000'000'000, 2'000'000'000}, t, ceilings());
+  EXPECT_DOUBLE_EQ(m.pct, 50.0);
+  EXPECT_DOUBLE_EQ(m.pct_window, 62.5);  // 0.5 of 0.8 TB/s
+  t.median_ms = 20.0;
+  const Row c = make_row("c", Cost{1'000'000'000, 100'000'000'000}, t, ceilings());
+  EXPECT_EQ(c.bound, "compute");
+  EXPECT_DOUBLE_EQ(c.pct_window, 0.0);
+
+  RunInfo info;
+  info.device_kind = "cpu";
+  std::ostringstream table;
+  print_table(table, info, ceilings(), {m, c});
+  EXPECT_NE(table.str().find("%win"), std::string::npos) << table.str();
+  EXPECT_NE(table.str().find("62.5%"), std::string::npos) << table.str();
+  const auto doc = nlohmann::json::parse(to_json(info, ceilings(), {m, c}));
+  EXPECT_DOUBLE_EQ(doc["rows"][0]["window_read_TBps"].get<double>(), 0.8);
+  EXPECT_DOUBLE_EQ(doc["rows"][0]["pct_of_window_ceiling"].get<double>(), 62.5);
+  EXPECT_FALSE(doc["rows"][1].contains("pct_of_window_ceiling"));
+}
+
 TEST(Report, ComputeBoundRow) {
   Timing t;
   t.median_ms = 20.0;
