@@ -51,7 +51,9 @@ void print_table(std::ostream& os, const RunInfo& info, const Ceilings& c,
                  const std::vector<Row>& rows) {
   char line[512];
   os << "# flashback bench  device " << info.device_kind << ": " << c.device << "  commit "
-     << info.commit << "  " << info.date << (info.deterministic ? "  deterministic" : "") << "\n";
+     << info.commit << "  " << info.date << (info.deterministic ? "  deterministic" : "")
+     << (info.in_cache ? "  in-cache (one input copy, reused: compute time, not bandwidth)" : "")
+     << "\n";
   std::snprintf(line, sizeof line, "# ceilings: read %.4g TB/s (%s); peak %.4g TFLOP/s (%s)\n",
                 c.read_TBps, c.read_method.c_str(), c.peak_TFLOPs, c.peak_method.c_str());
   os << line;
@@ -95,6 +97,7 @@ std::string to_json(const RunInfo& info, const Ceilings& c, const std::vector<Ro
   doc["workloads_file"] = info.workloads_file;
   doc["threads"] = info.threads;
   doc["deterministic"] = info.deterministic;
+  doc["in_cache"] = info.in_cache;
   doc["ceilings"] = {{"read_TBps", c.read_TBps},
                      {"peak_TFLOPs", c.peak_TFLOPs},
                      {"read_method", c.read_method},

@@ -39,6 +39,7 @@ struct RunInfo {
   std::string date;    // UTC, ISO 8601
   int threads = 0;
   bool deterministic = false;
+  bool in_cache = false;  // one input copy reused (RunOptions::in_cache)
 };
 
 void print_table(std::ostream& os, const RunInfo& info, const Ceilings& c,

@@ -40,7 +40,7 @@ Timing time_cpu(const Workload& w, const RunOptions& o) {
   say("building inputs");
   std::vector<Inputs> copies;
   copies.push_back(make_inputs(w, 1));
-  const int n = copies_for(copies[0].nbytes(), cpu_llc_bytes(), o.max_copy_bytes);
+  const int n = o.in_cache ? 1 : copies_for(copies[0].nbytes(), cpu_llc_bytes(), o.max_copy_bytes);
   for (int i = 1; i < n; ++i) copies.push_back(make_inputs(w, 1 + static_cast<uint64_t>(i)));
 
   auto run = [&](const Inputs& in) {

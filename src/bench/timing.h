@@ -24,6 +24,8 @@ struct RunOptions {
   // CPU: a read pass before the timed runs, after every fourth and after the last, its best
   // kept as Timing::window_read_TBps (null: none).
   ReadProbe* read_probe = nullptr;
+  // CPU: time one input copy over and over (K/V stay cached where they fit): compute time alone.
+  bool in_cache = false;
 };
 
 struct Timing {

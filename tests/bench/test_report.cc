@@ -42,14 +42,17 @@ TEST(Report, WindowCeilingOnMemoryBoundRowsOnly) {
 
   RunInfo info;
   info.device_kind = "cpu";
+  info.in_cache = true;
   std::ostringstream table;
   print_table(table, info, ceilings(), {m, c});
+  EXPECT_NE(table.str().find("in-cache (one input copy"), std::string::npos) << table.str();
   EXPECT_NE(table.str().find("%win"), std::string::npos) << table.str();
   EXPECT_NE(table.str().find("62.5%"), std::string::npos) << table.str();
   const auto doc = nlohmann::json::parse(to_json(info, ceilings(), {m, c}));
   EXPECT_DOUBLE_EQ(doc["rows"][0]["window_read_TBps"].get<double>(), 0.8);
   EXPECT_DOUBLE_EQ(doc["rows"][0]["pct_of_window_ceiling"].get<double>(), 62.5);
   EXPECT_FALSE(doc["rows"][1].contains("pct_of_window_ceiling"));
+  EXPECT_TRUE(doc["in_cache"].get<bool>());
 }
 
 TEST(Report, ComputeBoundRow) {
