@@ -175,11 +175,18 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
     j0 = std::max(k_lo, ts) - ts;
     j1 = std::min(k_hi, ts + kTileKeys - 1) - ts + 1;
   };
+  // Offsets of tile ts's loaded keys (split range [k_lo, k_hi]) to (ko, vo); returns their count.
+  auto tile_offsets = [&](int64_t k_lo, int64_t k_hi, int64_t ts, int64_t* ko, int64_t* vo) {
+    int64_t j0, j1;
+    tile_range(k_lo, k_hi, ts, j0, j1);
+    key_offsets(a, t, ts + j0, j1 - j0, ko, vo);
+    return j1 - j0;
+  };
   // The tile after tile ts of split sp, crossing into the next non-empty split of the range, so
   // that the last tile of a split prefetches the first one of the next (split boundaries are
   // tile boundaries). Offsets of its keys go to (ko, vo); returns their count (0: no next tile).
   auto next_tile_offsets = [&](int64_t sp, int64_t ts, int64_t* ko, int64_t* vo) -> int64_t {
-    int64_t k_lo, k_hi, j0, j1;
+    int64_t k_lo, k_hi;
     split_range(sp, k_lo, k_hi);
     ts += kTileKeys;
     while (ts > k_hi || k_lo > k_hi) {
@@ -187,9 +194,7 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
       split_range(sp, k_lo, k_hi);
       ts = k_lo / kTileKeys * kTileKeys;
     }
-    tile_range(k_lo, k_hi, ts, j0, j1);
-    key_offsets(a, t, ts + j0, j1 - j0, ko, vo);
-    return j1 - j0;
+    return tile_offsets(k_lo, k_hi, ts, ko, vo);
   };
   // Offsets of tile ts's keys are in (ko, vo); the next tile's are computed one step ahead and
   // its rows prefetched, because with random page placement the hardware prefetcher cannot
@@ -208,11 +213,7 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
     float* pl = part + kMaxRows;
     float* po = part + 2 * kMaxRows;
     const int64_t first_tile = k_lo / kTileKeys * kTileKeys;
-    if (first) {
-      int64_t j0, j1;
-      tile_range(k_lo, k_hi, first_tile, j0, j1);
-      key_offsets(a, t, first_tile + j0, j1 - j0, ko, vo);
-    }
+    if (first) tile_offsets(k_lo, k_hi, first_tile, ko, vo);  // else the tile before did
     for (int64_t ts = first_tile; ts <= k_hi; ts += kTileKeys) {
       // Tile-local loaded range [j0, j1).
       int64_t j0, j1;
@@ -247,9 +248,9 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
       std::swap(ko, ko_next);
       std::swap(vo, vo_next);
       if (tile_scores) {
-        // Prefetches: the next tile's K during this tile's scores and its V during this tile's
-        // P·V, each spread evenly over that phase; the range's first tile fetches its own V
-        // during its scores (no earlier P·V did).
+        // Prefetches: K a few keys ahead during the scores (scores_tile_pairs, reaching into the
+        // next tile's rows pk at the end) and the next tile's V spread over this tile's P·V;
+        // the range's first tile fetches its own V during its scores (no earlier P·V did).
         const PrefetchHeads pk{{sc.pk.data(), 0}, nn, a.head_dim * esz, t.ng, a.k_head * esz};
         const PrefetchHeads pv{
             {vp + j0, 0}, first_of_range ? j1 - j0 : 0, a.head_dim_v * esz, t.ng, a.v_head * esz};
