@@ -2,6 +2,8 @@
 // tiles). Every shared-memory and register figure is derived here so the kernel stays generic.
 #pragma once
 
+#include "cuda/common/row_swizzle.h"
+
 namespace flashback::cuda {
 
 // Shared memory a CTA may take when `ctas` of them are resident on an SM (the SM has 228 KB, the
@@ -81,21 +83,47 @@ namespace flashback::cuda {
 // Shared-memory layout of the warps-split-keys kernel, as plain constexpr arithmetic so the host
 // (the split plan in dispatch.cu) reads the same residency the kernel is built for.
 struct WkLayout {
-  static constexpr int WARPS = 4, KW = 16, N = WARPS * KW, ROWS = 16;
-  int eb, qp, kp, vp, kraw, vraw;  // element bytes; 16-bit pitches (elements); raw rows (bytes)
+  static constexpr int KW = 16, ROWS = 16;  // keys per warp per tile (the P V mma's k); rows
+  int warps, n;                             // warps per CTA; keys per tile (KW per warp)
+  RowSwizzle swz;                           // stage rows padded (kNone) or swizzled
+  int eb, qp, kraw, vraw;  // element bytes; q's pitch (16-bit elements); stage rows (bytes)
   int stage_bytes, loc_stage, q_bytes;
   int static_bytes;  // static __shared__ of the kernel (fp8: load_q_fp16's reduction; the pick)
-  int ctas, stages;  // resident CTAs per SM, K/V stages
+  int ctas, stages;  // resident CTAs per SM (shared memory; see wk_form_ctas), K/V stages
 };
-constexpr WkLayout wk_layout(int d, int dv, bool fp8) {
+
+/// How stage rows of `k_bytes` (K) and `v_bytes` (V) are laid out: rows that go by bulk copy
+/// (common/key_rows.cuh) land whole, so they keep a pad; 16-bit rows of whole 128-byte lines are
+/// swizzled for ldmatrix; fp8 rows of head dim 128 for warp_keys.cuh's fragment reads; the rest
+/// are padded.
+// FLASHBACK_WK_SWIZZLE=1 lays whole-line stage rows unpadded and swizzled (common/row_swizzle.h):
+// fp8 head dim 128 then holds four CTAs with three stages. Off by default until it has run on
+// the H200 (built and host-tested in session 19, when no GPU could be had; see
+// docs/PERFORMANCE_GPU.md): 0 keeps every row padded, the layout every measured figure used.
+#ifndef FLASHBACK_WK_SWIZZLE
+#define FLASHBACK_WK_SWIZZLE 0
+#endif
+constexpr RowSwizzle wk_swizzle(int d, int dv, bool fp8) {
+  if (!FLASHBACK_WK_SWIZZLE) return RowSwizzle::kNone;
+  const int eb = fp8 ? 1 : 2;
+  if (d * eb >= 512 && dv * eb >= 512) return RowSwizzle::kNone;  // use_key_rows
+  if (!fp8)
+    return (d * 2) % 128 == 0 && (dv * 2) % 128 == 0 ? RowSwizzle::kLdsm : RowSwizzle::kNone;
+  return d % 128 == 0 && dv == 128 ? RowSwizzle::kFp8 : RowSwizzle::kNone;
+}
+
+constexpr WkLayout wk_layout(int d, int dv, bool fp8, int warps = 4) {
   WkLayout l{};
+  l.warps = warps;
+  l.n = warps * WkLayout::KW;
+  l.swz = wk_swizzle(d, dv, fp8);
+  const int pad = l.swz == RowSwizzle::kNone ? 16 : 0;
   l.eb = fp8 ? 1 : 2;
-  l.qp = l.kp = d + 8;
-  l.vp = dv + 8;
-  l.kraw = d * l.eb + 16;
-  l.vraw = dv * l.eb + 16;
-  l.stage_bytes = WkLayout::N * (l.kraw + l.vraw);
-  l.loc_stage = WkLayout::N * 16;  // a tile's key offsets (KeyBytes per key)
+  l.qp = d + 8;
+  l.kraw = d * l.eb + pad;
+  l.vraw = dv * l.eb + pad;
+  l.stage_bytes = l.n * (l.kraw + l.vraw);
+  l.loc_stage = l.n * 16;  // a tile's key offsets (KeyBytes per key)
   l.q_bytes = WkLayout::ROWS * l.qp * 2;
   // fp8 K and V fragments are built in registers from the raw stage bytes: no widened copy.
   l.static_bytes = (fp8 ? 32 * 4 : 0) + 16;  // and entry.cuh's longest-first pick
@@ -104,17 +132,37 @@ constexpr WkLayout wk_layout(int d, int dv, bool fp8) {
         (decode_smem_per_cta(ctas) - l.q_bytes - l.static_bytes) / (l.stage_bytes + l.loc_stage);
     return n < 4 ? n : 4;
   };
-  // The most resident CTAs (3, 2, 1) that still get three stages, i.e. two tiles in flight per
+  // The most resident CTAs (up to 8) that still get three stages, i.e. two tiles in flight per
   // warp while it computes on a third; one CTA when none does. The warps wait on their copies
   // most of the time, so the tiles in flight come first, then the warps to overlap them. On the
   // H200 (docs/PERFORMANCE_GPU.md, session 7), bf16 head dim 128 with 2 CTAs x 3 stages against
   // 3 x 2: verify_b64_q4_L4k -6 %, cross -5 %, decode_b1_L128k -4 %, decode_b64_L4k -3 %,
   // decode_b64_L8k -1 %; fp8 (18 KB stages) with 3 x 3 against 2 x 5 (the cap of 4 stages
   // raised for that test): 3 % faster.
-  l.ctas = stages_at(3) >= 3 ? 3 : stages_at(2) >= 3 ? 2 : 1;
+  l.ctas = 1;
+  for (int c = 8; c > 1; --c)
+    if (stages_at(c) >= 3) {
+      l.ctas = c;
+      break;
+    }
   l.stages = stages_at(l.ctas);
   return l;
 }
+
+// Registers per thread of the 16-row form (warp_keys.cuh, not narrow): ~160-170 (H200, session
+// 12), so its residency is capped by the register file where the narrow form's (114-126) is not.
+constexpr int kWkWideRegs = 168;
+
+/// Resident CTAs per SM the layout is built for, in the narrow or the 16-row form: its shared
+/// memory's, capped by the 65536 registers of an SM.
+constexpr int wk_form_ctas(const WkLayout& l, bool narrow) {
+  if (narrow) return l.ctas;
+  const int regs = 65536 / (32 * l.warps * kWkWideRegs);
+  return l.ctas < regs ? l.ctas : regs < 1 ? 1 : regs;
+}
+
+/// Warps per CTA of the warps-split-keys kernel for a shape (DecodeParams::wk_warps): 4.
+constexpr int wk_warps(int /*d*/, int /*dv*/, bool /*fp8*/) { return 4; }
 
 /// Shared memory the warps-split-keys kernel takes per CTA (dynamic and static).
 constexpr int wk_smem_bytes(const WkLayout& l) {
@@ -123,9 +171,9 @@ constexpr int wk_smem_bytes(const WkLayout& l) {
 
 /// Resident CTAs of the warps-split-keys kernel on an SM with `smem_sm` bytes of shared memory
 /// (the layout is sized for Hopper's 228 KB; an A100 holds fewer).
-constexpr int wk_resident(const WkLayout& l, int smem_sm) {
-  const int fit = smem_sm / (wk_smem_bytes(l) + 1024);
-  return fit < 1 ? 1 : fit < l.ctas ? fit : l.ctas;
+constexpr int wk_resident(const WkLayout& l, int smem_sm, bool narrow = true) {
+  const int fit = smem_sm / (wk_smem_bytes(l) + 1024), built = wk_form_ctas(l, narrow);
+  return fit < 1 ? 1 : fit < built ? fit : built;
 }
 
 /// The one rule that picks the short-query kernel (launch.cuh launches it, dispatch.cu plans its
@@ -150,19 +198,20 @@ constexpr DecodeShape decode_shape(int d, int dv, bool qv, bool fp8, int m_tiles
 constexpr bool wk_narrow(int group, int max_q) { return group * max_q <= 8; }
 
 // The warps-split-keys shape (warp_keys.cuh) for up to 16 rows per CTA (decode with GQA groups
-// up to 16, verify with group x tokens <= 16) and v heads up to 256 wide: each of the 4 warps
+// up to 16, verify with group x tokens <= 16) and v heads up to 256 wide: each of the WARPS warps
 // takes 16 keys of every tile and keeps S, P and its O partial (16 x DV fp32) in registers.
-template <int D_, int DV_, bool FP8_>
+template <int D_, int DV_, bool FP8_, int WARPS_ = 4>
 struct DecodeWkConfig {
   static constexpr int D = D_, DV = DV_;
   static constexpr bool FP8 = FP8_;
-  static constexpr WkLayout L = wk_layout(D, DV, FP8);
-  static constexpr int WARPS = WkLayout::WARPS, THREADS = 32 * WARPS;
+  static constexpr WkLayout L = wk_layout(D, DV, FP8, WARPS_);
+  static constexpr int WARPS = WARPS_, THREADS = 32 * WARPS;
   static constexpr int KW = WkLayout::KW;  // keys per warp per tile (the k of the P V mma)
-  static constexpr int N = WkLayout::N;    // keys per tile
+  static constexpr int N = L.n;            // keys per tile
   static constexpr int ROWS = WkLayout::ROWS;
   static constexpr int EB = L.eb;
-  static constexpr int QP = L.qp, KP = L.kp, VP = L.vp, KRAW = L.kraw, VRAW = L.vraw;
+  static constexpr RowSwizzle SWZ = L.swz;
+  static constexpr int QP = L.qp, KRAW = L.kraw, VRAW = L.vraw;
   static constexpr int STAGE_BYTES = L.stage_bytes, Q_BYTES = L.q_bytes;
   static constexpr int CTAS = L.ctas, STAGES = L.stages;
   static constexpr int LOC_BYTES = STAGES * L.loc_stage;

@@ -37,6 +37,14 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* ptr)
                : "r"(smem_addr(ptr)));
 }
 
+// Byte b of row `row` of a stage's K rows (PITCH = Cfg::KRAW) or V rows (Cfg::VRAW), from the
+// first of them: padded rows or swizzled ones (common/row_swizzle.h), as the copies laid them.
+// `row` counts from the warp's first key (a multiple of 8, so the mask is the same).
+template <typename Cfg, int PITCH>
+__device__ __forceinline__ int stage_at(int row, int b) {
+  return row * PITCH + swizzled_byte(Cfg::SWZ, row, b);
+}
+
 // FP8 caches run the tensor cores in fp16 whatever q's type: every e4m3 / e5m2 value is an
 // fp16 value, one cvt widens two of them (to bf16 it takes four instructions), and q is
 // brought into fp16's range by a power-of-two scale (exact; folded back into the logits).
@@ -113,17 +121,19 @@ __device__ __forceinline__ void v_fp8_words(uint32_t (&x)[4][W], const unsigned 
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
     const int key = 2 * c + (q & 1) + 8 * (q >> 1);
-    const unsigned char* row = vrows + key * Cfg::VRAW + g * (Cfg::DV / 8);
+    const auto at = [&](int w) {
+      return vrows + stage_at<Cfg, Cfg::VRAW>(key, g * (Cfg::DV / 8) + 4 * w);
+    };
     if constexpr (W % 4 == 0) {
 #pragma unroll
       for (int w = 0; w < W; w += 4) {
-        const uint4 v = *reinterpret_cast<const uint4*>(row + 4 * w);
+        const uint4 v = *reinterpret_cast<const uint4*>(at(w));
         x[q][w] = v.x, x[q][w + 1] = v.y, x[q][w + 2] = v.z, x[q][w + 3] = v.w;
       }
     } else {
 #pragma unroll
       for (int w = 0; w < W; w += 2) {
-        const uint2 v = *reinterpret_cast<const uint2*>(row + 4 * w);
+        const uint2 v = *reinterpret_cast<const uint2*>(at(w));
         x[q][w] = v.x, x[q][w + 1] = v.y;
       }
     }
@@ -201,7 +211,7 @@ using Pipeline = std::conditional_t<
     KeyRowPipeline<Cfg::N, Cfg::D * Cfg::EB, Cfg::DV * Cfg::EB, Cfg::KRAW, Cfg::VRAW, Cfg::STAGES,
                    Cfg::STAGE_BYTES, Cfg::EB, Cfg::KW>,
     KvPipeline<Cfg::N, Cfg::D * Cfg::EB / 16, Cfg::DV * Cfg::EB / 16, Cfg::KRAW, Cfg::VRAW,
-               Cfg::THREADS, Cfg::STAGES, Cfg::STAGE_BYTES, Cfg::EB, Cfg::KW>>;
+               Cfg::THREADS, Cfg::STAGES, Cfg::STAGE_BYTES, Cfg::EB, Cfg::KW, Cfg::SWZ>>;
 
 }  // namespace wk
 
@@ -212,10 +222,11 @@ using Pipeline = std::conditional_t<
 // accumulators, and q's B fragments stay in registers for the whole split. P^T reaches P V's B
 // operand through two movmatrix transposes.
 template <typename Cfg, typename T, KvKind KV, bool NARROW>
-__global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS) decode_wk_kernel(const DecodeParams p) {
+__global__ void __launch_bounds__(Cfg::THREADS, wk_form_ctas(Cfg::L, NARROW))
+    decode_wk_kernel(const DecodeParams p) {
   constexpr int D = Cfg::D, DV = Cfg::DV, N = Cfg::N, KW = Cfg::KW, ROWS = Cfg::ROWS;
   constexpr int WARPS = Cfg::WARPS, THREADS = Cfg::THREADS, STAGES = Cfg::STAGES;
-  constexpr int QP = Cfg::QP, KP = Cfg::KP, VP = Cfg::VP;
+  constexpr int QP = Cfg::QP, KRAW = Cfg::KRAW, VRAW = Cfg::VRAW;
   constexpr bool FP8 = Cfg::FP8;
   static_assert(FP8 == (KV != KvKind::kSame), "config and KV kind disagree");
   // S elements per lane (NT n8 tiles of 4; narrow: one 16 x 8 tile) and O accumulator tiles.
@@ -291,7 +302,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS) decode_wk_kernel(cons
     const int t0 = kv.first + j * N + warp * KW;  // this warp's first key
     if (t0 < e.end) {
       const unsigned char* stage = kv.stage(j);
-      const unsigned char* vrows = stage + N * Cfg::KRAW + warp * KW * Cfg::VRAW;
+      const unsigned char* vrows = stage + N * KRAW + warp * KW * VRAW;
       // S = Q K^T: 16 rows x 16 keys, n8 tiles 0 (keys 0-7) and 1 (8-15); narrow: S^T = K Q^T,
       // 16 keys x 8 rows. Two accumulator sets (even / odd k-steps) halve the dependent mma
       // chain: with one or two warps per scheduler its latency, not the issue rate, bounds a tile.
@@ -305,7 +316,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS) decode_wk_kernel(cons
 #pragma unroll
           for (int gq = 0; gq < D / 64; ++gq)
             kr[nt][gq] = *reinterpret_cast<const uint4*>(
-                stage + (warp * KW + nt * 8 + (lane >> 2)) * Cfg::KRAW + gq * 64 + (lane & 3) * 16);
+                stage + warp * KW * KRAW +
+                wk::stage_at<Cfg, KRAW>(nt * 8 + (lane >> 2), gq * 64 + (lane & 3) * 16));
 #pragma unroll
         for (int ks = 0; ks < D / 16; ++ks) {
           uint32_t w[2];
@@ -329,19 +341,24 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS) decode_wk_kernel(cons
           }
         }
       } else {
-        const T* Kw = reinterpret_cast<const T*>(stage + warp * KW * Cfg::KRAW);
+        const unsigned char* Kw = stage + warp * KW * KRAW;
+        // This lane's ldmatrix row of the warp's K rows, and its 8-element half of a k-step:
+        // narrow, keys (lane & 7) + 8 ((lane >> 3) & 1), dims + 8 (lane >> 4); else keys
+        // (lane & 7) + 8 (lane >> 4), dims + 8 ((lane >> 3) & 1).
+        const int kr =
+            NARROW ? (lane & 7) + ((lane >> 3) & 1) * 8 : (lane & 7) + ((lane >> 4) << 3);
+        const int kh = NARROW ? lane >> 4 : (lane >> 3) & 1;
 #pragma unroll
         for (int ks = 0; ks < D / 16; ++ks) {
+          const unsigned char* kaddr = Kw + wk::stage_at<Cfg, KRAW>(kr, (ks * 16 + kh * 8) * 2);
           if constexpr (NARROW) {
-            uint32_t a[4];  // keys (lane & 7) + 8 ((lane >> 3) & 1), dims + 8 (lane >> 4)
-            ldmatrix_x4(a,
-                        Kw + ((lane & 7) + ((lane >> 3) & 1) * 8) * KP + ks * 16 + (lane >> 4) * 8);
+            uint32_t a[4];
+            ldmatrix_x4(a, kaddr);
             mma16816<T>((ks & 1) ? s2[0] : s[0], a, qf[ks][0], qf[ks][1]);
           } else {
             uint32_t a[4], b[4];
             ldmatrix_x4(a, sQ + (lane & 15) * QP + ks * 16 + (lane >> 4) * 8);
-            ldmatrix_x4(
-                b, Kw + ((lane & 7) + ((lane >> 4) << 3)) * KP + ks * 16 + ((lane >> 3) & 1) * 8);
+            ldmatrix_x4(b, kaddr);
             mma16816<T>((ks & 1) ? s2[0] : s[0], a, b[0], b[1]);
             mma16816<T>((ks & 1) ? s2[1] : s[1], a, b[2], b[3]);
           }
@@ -418,12 +435,12 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS) decode_wk_kernel(cons
         if constexpr (FP8) {
           wk::pv_fp8_narrow<Cfg, KV>(acc, b0, b1, vrows, lane);
         } else {
-          const T* Vw = reinterpret_cast<const T*>(vrows);
 #pragma unroll
           for (int u = 0; u < DV / 16; ++u) {
             uint32_t a[4];  // V^T: keys (lane & 7) + 8 (lane >> 4), columns + 8 ((lane >> 3) & 1)
             wk::ldsm_x4_trans(
-                a, Vw + ((lane & 7) + (lane >> 4) * 8) * VP + u * 16 + ((lane >> 3) & 1) * 8);
+                a, vrows + wk::stage_at<Cfg, VRAW>((lane & 7) + (lane >> 4) * 8,
+                                                   (u * 16 + ((lane >> 3) & 1) * 8) * 2));
             mma16816<T>(acc[u], a, b0, b1);
           }
         }
@@ -438,11 +455,11 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS) decode_wk_kernel(cons
         if constexpr (FP8) {
           wk::pv_fp8<Cfg, KV>(acc, a, vrows, lane);
         } else {
-          const T* Vw = reinterpret_cast<const T*>(vrows);
 #pragma unroll
           for (int dp = 0; dp < DV / 16; ++dp) {
             uint32_t bv[4];
-            wk::ldsm_x4_trans(bv, Vw + (lane & 15) * VP + dp * 16 + (lane >> 4) * 8);
+            wk::ldsm_x4_trans(
+                bv, vrows + wk::stage_at<Cfg, VRAW>(lane & 15, (dp * 16 + (lane >> 4) * 8) * 2));
             mma16816<T>(acc[2 * dp], a, bv[0], bv[1]);
             mma16816<T>(acc[2 * dp + 1], a, bv[2], bv[3]);
           }
