@@ -92,10 +92,6 @@ struct WkLayout {
   int ctas, stages;  // resident CTAs per SM (shared memory; see wk_form_ctas), K/V stages
 };
 
-/// How stage rows of `k_bytes` (K) and `v_bytes` (V) are laid out: rows that go by bulk copy
-/// (common/key_rows.cuh) land whole, so they keep a pad; 16-bit rows of whole 128-byte lines are
-/// swizzled for ldmatrix; fp8 rows of head dim 128 for warp_keys.cuh's fragment reads; the rest
-/// are padded.
 // FLASHBACK_WK_SWIZZLE=1 lays whole-line stage rows unpadded and swizzled (common/row_swizzle.h):
 // fp8 head dim 128 then holds four CTAs with three stages. Off by default until it has run on
 // the H200 (built and host-tested in session 19, when no GPU could be had; see
@@ -103,6 +99,11 @@ struct WkLayout {
 #ifndef FLASHBACK_WK_SWIZZLE
 #define FLASHBACK_WK_SWIZZLE 0
 #endif
+
+/// How a shape's stage rows are laid out: rows that go by bulk copy (common/key_rows.cuh,
+/// use_key_rows: the first test below, restated since that header is device code) land whole, so
+/// they keep a pad; 16-bit rows of whole 128-byte lines are swizzled for ldmatrix; fp8 rows of
+/// head dim 128 for warp_keys.cuh's fragment reads; the rest are padded.
 constexpr RowSwizzle wk_swizzle(int d, int dv, bool fp8) {
   if (!FLASHBACK_WK_SWIZZLE) return RowSwizzle::kNone;
   const int eb = fp8 ? 1 : 2;
