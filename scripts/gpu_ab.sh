@@ -38,7 +38,7 @@ step() {  # name, timeout, command...
     "$(grep -E '^\[  (PASSED|FAILED)  \]|ERROR SUMMARY' "$L/$name.log" | tr '\n' ' ')"
   grep -E '^\[  FAILED  \]' "$L/$name.log" | head -8
 }
-for t in ${TESTS:-cuda_test_decode}; do step "$t" 150 "$B/$t"; done
+for t in ${TESTS:-cuda_test_decode}; do step "$t" 240 "$B/$t"; done  # decode: ~175 s
 [[ -n ${SMALL:-} ]] && step decode_small_smem 150 env FLASHBACK_DECODE_SMEM_BLOCK=101376 \
   "$B/cuda_test_decode" --gtest_filter='-CudaDecode.Mla*'
 [[ -n ${PAIRS:-} ]] && step prefill_pairs 150 env FLASHBACK_PREFILL_PERSISTENT=0 FLASHBACK_PREFILL_PAIRS=1 \

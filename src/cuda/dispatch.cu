@@ -167,15 +167,11 @@ Resolved resolve(const PagedAttentionParams& p, const detail::PagedShape& s, con
   r.dp.narrow_ok = !narrow_off;
   const DecodeShape shape =
       decode_shape(s.head_dim, s.head_dim_v, qv, fp8, r.m_tiles, r.dp.hopper_mla, r.dp.smem_block);
-  // FLASHBACK_WK_WARPS=2|4 overrides config.h's wk_warps (A/B runs).
-  static const int warps_env = std::atoi(env_value("FLASHBACK_WK_WARPS").c_str());
-  r.dp.wk_warps =
-      warps_env == 2 || warps_env == 4 ? warps_env : wk_warps(s.head_dim, s.head_dim_v, fp8);
   const bool narrow = !narrow_off && wk_narrow(static_cast<int>(group), static_cast<int>(max_q));
-  const int resident = shape == DecodeShape::kWarpKeys
-                           ? wk_resident(wk_layout(s.head_dim, s.head_dim_v, fp8, r.dp.wk_warps),
-                                         facts.smem_sm, narrow)
-                           : 1;
+  const int resident =
+      shape == DecodeShape::kWarpKeys
+          ? wk_resident(wk_layout(s.head_dim, s.head_dim_v, fp8, kWkWarps), facts.smem_sm, narrow)
+          : 1;
   const SplitPlan plan = plan_splits(
       s.batch * s.heads_kv * row_blocks, max_keys, facts.sms, p.num_splits, exec.deterministic,
       shape == DecodeShape::kColumns ? SplitRule::kManyWaves : SplitRule::kOneWave, resident);

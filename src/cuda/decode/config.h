@@ -93,9 +93,10 @@ struct WkLayout {
 };
 
 // FLASHBACK_WK_SWIZZLE=1 lays whole-line stage rows unpadded and swizzled (common/row_swizzle.h):
-// fp8 head dim 128 then holds four CTAs with three stages. Off by default until it has run on
-// the H200 (built and host-tested in session 19, when no GPU could be had; see
-// docs/PERFORMANCE_GPU.md): 0 keeps every row padded, the layout every measured figure used.
+// fp8 head dim 128 then holds four CTAs with three stages. Off: run on the H200 in session 20 it
+// was 5.6-8.5 % slower on every bf16 decode workload (where residency did not change too) and
+// 1.5 % slower on fp8 (docs/PERFORMANCE_GPU.md); why the swizzled path costs more per byte is not
+// yet known. 0 keeps every row padded, the layout every measured figure used.
 #ifndef FLASHBACK_WK_SWIZZLE
 #define FLASHBACK_WK_SWIZZLE 0
 #endif
@@ -162,8 +163,11 @@ constexpr int wk_form_ctas(const WkLayout& l, bool narrow) {
   return l.ctas < regs ? l.ctas : regs < 1 ? 1 : regs;
 }
 
-/// Warps per CTA of the warps-split-keys kernel for a shape (DecodeParams::wk_warps): 4.
-constexpr int wk_warps(int /*d*/, int /*dv*/, bool /*fp8*/) { return 4; }
+/// Warps per CTA of the warps-split-keys kernel (the one instance built). The layout takes the
+/// count as a parameter; 2-warp CTAs (32-key tiles, four resident per SM) were built and run in
+/// session 20 and were 2-17 % slower on every bf16 workload, 0.6 % faster on fp8
+/// (docs/PERFORMANCE_GPU.md), so only 4 is instantiated.
+inline constexpr int kWkWarps = 4;
 
 /// Shared memory the warps-split-keys kernel takes per CTA (dynamic and static).
 constexpr int wk_smem_bytes(const WkLayout& l) {
@@ -201,7 +205,7 @@ constexpr bool wk_narrow(int group, int max_q) { return group * max_q <= 8; }
 // The warps-split-keys shape (warp_keys.cuh) for up to 16 rows per CTA (decode with GQA groups
 // up to 16, verify with group x tokens <= 16) and v heads up to 256 wide: each of the WARPS warps
 // takes 16 keys of every tile and keeps S, P and its O partial (16 x DV fp32) in registers.
-template <int D_, int DV_, bool FP8_, int WARPS_ = 4>
+template <int D_, int DV_, bool FP8_, int WARPS_ = kWkWarps>
 struct DecodeWkConfig {
   static constexpr int D = D_, DV = DV_;
   static constexpr bool FP8 = FP8_;

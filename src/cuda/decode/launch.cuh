@@ -25,9 +25,9 @@ void launch_decode_one(const DecodeParams& p, cudaStream_t stream) {
 
 // Up to 16 rows and v heads up to 256 wide: the warps-split-keys kernel (warp_keys.cuh), in its
 // narrow form (S^T = K Q^T) when no CTA holds more than 8 rows (queries x heads of a group).
-template <int D, int DV, typename T, KvKind KV, int WARPS>
-void launch_decode_wk_warps(const DecodeParams& p, cudaStream_t stream) {
-  using Cfg = DecodeWkConfig<D, DV, KV != KvKind::kSame, WARPS>;
+template <int D, int DV, typename T, KvKind KV>
+void launch_decode_wk(const DecodeParams& p, cudaStream_t stream) {
+  using Cfg = DecodeWkConfig<D, DV, KV != KvKind::kSame, kWkWarps>;
   const dim3 grid(p.num_splits, p.heads_kv * p.row_blocks, p.batch);
   if (p.narrow_ok && wk_narrow(p.group, p.max_q))
     launch_with_smem(decode_wk_kernel<Cfg, T, KV, true>, grid, Cfg::THREADS, Cfg::SMEM_BYTES,
@@ -35,13 +35,6 @@ void launch_decode_wk_warps(const DecodeParams& p, cudaStream_t stream) {
   else
     launch_with_smem(decode_wk_kernel<Cfg, T, KV, false>, grid, Cfg::THREADS, Cfg::SMEM_BYTES,
                      stream, p, "decode_wk_kernel");
-}
-
-// dispatch.cu's DecodeParams::wk_warps (config.h, wk_warps) names the instance.
-template <int D, int DV, typename T, KvKind KV>
-void launch_decode_wk(const DecodeParams& p, cudaStream_t stream) {
-  if (p.wk_warps == 2) return launch_decode_wk_warps<D, DV, T, KV, 2>(p, stream);
-  launch_decode_wk_warps<D, DV, T, KV, 4>(p, stream);
 }
 
 template <typename T, int ROWS>

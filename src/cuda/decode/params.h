@@ -60,8 +60,6 @@ struct DecodeParams {
   // Host side: whether the warps-split-keys kernel may run narrow (config.h, wk_narrow), unless
   // FLASHBACK_DECODE_NARROW=0 (dispatch.cu).
   bool narrow_ok = true;
-  // Host side: warps per CTA of the warps-split-keys kernel (config.h, wk_warps; 4 or 2).
-  int wk_warps = 4;
   // Host side: the device's shared memory per block (DeviceFacts::smem_block), for decode_shape
   // (config.h). Last, so the kernels' parameter offsets are those of the fields above alone.
   int smem_block = 227 * 1024;
