@@ -93,10 +93,10 @@ struct WkLayout {
 };
 
 // FLASHBACK_WK_SWIZZLE=1 lays whole-line stage rows unpadded and swizzled (common/row_swizzle.h):
-// fp8 head dim 128 then holds four CTAs with three stages. Off: run on the H200 in session 20 it
-// was 5.6-8.5 % slower on every bf16 decode workload (where residency did not change too) and
-// 1.5 % slower on fp8 (docs/PERFORMANCE_GPU.md); why the swizzled path costs more per byte is not
-// yet known. 0 keeps every row padded, the layout every measured figure used.
+// fp8 head dim 128 then holds four CTAs with three stages. Off: on the H200 (session 20) it was
+// 5.6-8.5 % slower on every bf16 decode workload, including those whose residency it leaves
+// alone, and 1.5 % slower on fp8 (docs/PERFORMANCE_GPU.md); why the swizzled path costs more per
+// byte is not yet known. 0 keeps every row padded, the layout every measured figure used.
 #ifndef FLASHBACK_WK_SWIZZLE
 #define FLASHBACK_WK_SWIZZLE 0
 #endif
