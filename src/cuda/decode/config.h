@@ -114,7 +114,13 @@ constexpr RowSwizzle wk_swizzle(int d, int dv, bool fp8) {
   return d % 128 == 0 && dv == 128 ? RowSwizzle::kFp8 : RowSwizzle::kNone;
 }
 
-constexpr WkLayout wk_layout(int d, int dv, bool fp8, int warps = 4) {
+/// Warps per CTA of the warps-split-keys kernel (the one instance built). The layout takes the
+/// count as a parameter; 2-warp CTAs (32-key tiles, four resident per SM) were built and run in
+/// session 20 and were 2-17 % slower on every bf16 workload, 0.6 % faster on fp8
+/// (docs/PERFORMANCE_GPU.md), so only 4 is instantiated.
+inline constexpr int kWkWarps = 4;
+
+constexpr WkLayout wk_layout(int d, int dv, bool fp8, int warps = kWkWarps) {
   WkLayout l{};
   l.warps = warps;
   l.n = warps * WkLayout::KW;
@@ -163,12 +169,6 @@ constexpr int wk_form_ctas(const WkLayout& l, bool narrow) {
   return l.ctas < regs ? l.ctas : regs < 1 ? 1 : regs;
 }
 
-/// Warps per CTA of the warps-split-keys kernel (the one instance built). The layout takes the
-/// count as a parameter; 2-warp CTAs (32-key tiles, four resident per SM) were built and run in
-/// session 20 and were 2-17 % slower on every bf16 workload, 0.6 % faster on fp8
-/// (docs/PERFORMANCE_GPU.md), so only 4 is instantiated.
-inline constexpr int kWkWarps = 4;
-
 /// Shared memory the warps-split-keys kernel takes per CTA (dynamic and static).
 constexpr int wk_smem_bytes(const WkLayout& l) {
   return l.q_bytes + l.static_bytes + l.stages * (l.stage_bytes + l.loc_stage);
@@ -205,12 +205,12 @@ constexpr bool wk_narrow(int group, int max_q) { return group * max_q <= 8; }
 // The warps-split-keys shape (warp_keys.cuh) for up to 16 rows per CTA (decode with GQA groups
 // up to 16, verify with group x tokens <= 16) and v heads up to 256 wide: each of the WARPS warps
 // takes 16 keys of every tile and keeps S, P and its O partial (16 x DV fp32) in registers.
-template <int D_, int DV_, bool FP8_, int WARPS_ = kWkWarps>
+template <int D_, int DV_, bool FP8_>
 struct DecodeWkConfig {
   static constexpr int D = D_, DV = DV_;
   static constexpr bool FP8 = FP8_;
-  static constexpr WkLayout L = wk_layout(D, DV, FP8, WARPS_);
-  static constexpr int WARPS = WARPS_, THREADS = 32 * WARPS;
+  static constexpr WkLayout L = wk_layout(D, DV, FP8);
+  static constexpr int WARPS = L.warps, THREADS = 32 * WARPS;
   static constexpr int KW = WkLayout::KW;  // keys per warp per tile (the k of the P V mma)
   static constexpr int N = L.n;            // keys per tile
   static constexpr int ROWS = WkLayout::ROWS;
