@@ -170,7 +170,7 @@ Resolved resolve(const PagedAttentionParams& p, const detail::PagedShape& s, con
   const bool narrow = !narrow_off && wk_narrow(static_cast<int>(group), static_cast<int>(max_q));
   const int resident =
       shape == DecodeShape::kWarpKeys
-          ? wk_resident(wk_layout(s.head_dim, s.head_dim_v, fp8), facts.smem_sm, narrow)
+          ? wk_resident(wk_layout(s.head_dim, s.head_dim_v, fp8, narrow), facts.smem_sm)
           : 1;
   const SplitPlan plan = plan_splits(
       s.batch * s.heads_kv * row_blocks, max_keys, facts.sms, p.num_splits, exec.deterministic,

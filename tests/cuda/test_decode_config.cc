@@ -67,20 +67,22 @@ TEST(DecodeConfig, ShapeRuleFollowsTheDevicesSharedMemory) {
   for (int d : {64, 80, 96, 128, 192, 256})
     for (bool fp8 : {false, true}) {
       const int dv = d == 192 ? 128 : d;
-      const WkLayout l = wk_layout(d, dv, fp8);
-      // The rule and the layout agree: warps-split-keys exactly where its layout fits.
+      const WkLayout narrow = wk_layout(d, dv, fp8, true), wide = wk_layout(d, dv, fp8, false);
+      // The rule and the layouts agree: warps-split-keys exactly where both forms' layouts fit.
       for (int block : {kAda, kA100, kH200})
         if (!fp8 || (d % 64 == 0 && dv % 64 == 0))
           EXPECT_EQ(decode_shape(d, dv, false, fp8, 1, false, block) == DecodeShape::kWarpKeys,
-                    wk_smem_bytes(l) <= block)
+                    std::max(wk_smem_bytes(narrow), wk_smem_bytes(wide)) <= block)
               << d << " fp8 " << fp8 << " block " << block;
-      // Residency on a smaller SM: an A100 (164 KB per SM) holds fewer of the Hopper layout.
-      EXPECT_EQ(wk_resident(l, 228 * 1024), l.ctas) << d;
-      EXPECT_LE(wk_resident(l, 164 * 1024) * (wk_smem_bytes(l) + 1024),
-                std::max(164 * 1024, wk_smem_bytes(l) + 1024))
-          << d;
+      for (const WkLayout& l : {narrow, wide}) {
+        // Residency on a smaller SM: an A100 (164 KB per SM) holds fewer of the Hopper layout.
+        EXPECT_EQ(wk_resident(l, 228 * 1024), wk_form_ctas(l)) << d;
+        EXPECT_LE(wk_resident(l, 164 * 1024) * (wk_smem_bytes(l) + 1024),
+                  std::max(164 * 1024, wk_smem_bytes(l) + 1024))
+            << d;
+      }
     }
-  EXPECT_EQ(wk_resident(wk_layout(128, 128, false), 164 * 1024), 1);
+  EXPECT_EQ(wk_resident(wk_layout(128, 128, false, true), 164 * 1024), 1);
   // Where the warps-split-keys layout does not fit, kernel.cuh's 16-row layout (the fallback)
   // does: head dim 128 (bf16) and 192/128 on sm_86/89, head dim 256 on an A100. Head dim 256 bf16
   // fits neither on sm_86/89 (113 KB): a clear error at launch (common/launch.cuh).
@@ -96,7 +98,8 @@ TEST(DecodeConfig, ShapeRuleFollowsTheDevicesSharedMemory) {
 template <int D, int DV, bool FP8, int MT>
 int picked_bytes(int block) {
   if (decode_shape(D, DV, false, FP8, MT, false, block) == DecodeShape::kWarpKeys)
-    return wk_smem_bytes(wk_layout(D, DV, FP8));
+    return std::max(wk_smem_bytes(wk_layout(D, DV, FP8, true)),
+                    wk_smem_bytes(wk_layout(D, DV, FP8, false)));
   return DecodeConfig<D, DV, false, FP8, MT>::SMEM_BYTES;
 }
 
@@ -146,8 +149,9 @@ TEST(DecodeConfig, WarpKeysLayoutFitsItsResidency) {
     int ctas, stages;
   };
   // The shapes measured on the H200 (docs/PERFORMANCE_GPU.md, session 7): head dim 128 runs two
-  // CTAs per SM with three stages (bf16: 34 KB stages) or three with three (fp8: 18 KB stages,
-  // no widened V copy); head dim 256 one CTA.
+  // CTAs per SM with three stages (bf16: 34 KB stages); head dim 256 one CTA. fp8 (18 KB
+  // stages, no widened V copy) ran three CTAs with three stages until session 21 measured four
+  // with two faster; head dim 256 fp8 takes two with two by the same rule.
   // Session 19: unpadded (swizzled) rows, so fp8 head dim 128 (16 KB stages) holds four CTAs
   // with three stages, and 64-wide bf16 four; with 2 warps (32-key tiles) bf16 head dim 128
   // holds four. Built with FLASHBACK_WK_SWIZZLE=0 (every row padded), the layouts before it.
@@ -162,53 +166,73 @@ TEST(DecodeConfig, WarpKeysLayoutFitsItsResidency) {
                                {{64, 64, false, 4, 3}, 4},   {{128, 128, false, 4, 3}, 2},
                                {{128, 128, true, 7, 3}, 2}}
           : std::vector<WantW>{{{128, 128, false, 2, 3}, 4},
-                               {{128, 128, true, 3, 3}, 4},
+                               {{128, 128, true, 4, 2}, 4},
                                {{256, 256, false, 1, 3}, 4},
-                               {{256, 256, true, 1, 4}, 4},
+                               {{256, 256, true, 2, 2}, 4},
                                {{64, 64, false, 3, 3}, 4}};
   for (const WantW& x : want) {
     const Want& w = x.w;
-    const WkLayout l = wk_layout(w.d, w.dv, w.fp8, x.warps);
+    const WkLayout l = wk_layout(w.d, w.dv, w.fp8, true, x.warps);
     EXPECT_EQ(l.ctas, w.ctas) << w.d << " fp8 " << w.fp8 << " warps " << x.warps;
     EXPECT_EQ(l.stages, w.stages) << w.d << " fp8 " << w.fp8 << " warps " << x.warps;
   }
-  // The 16-row form's registers cap it at three CTAs of four warps.
-  const WkLayout f8 = wk_layout(128, 128, true);
-  EXPECT_EQ(wk_form_ctas(f8, true), f8.ctas);
-  EXPECT_EQ(wk_form_ctas(f8, false), 3);
-  EXPECT_EQ(wk_resident(f8, 228 * 1024, false), 3);
+  // The 16-row form: bf16 as the narrow one; fp8 keeps three stages (three CTAs by its
+  // registers), as it measured faster on verify_b64_q4_L4k than two.
+  if (!FLASHBACK_WK_SWIZZLE) {
+    for (const Want& w : std::vector<Want>{{128, 128, false, 2, 3},
+                                           {128, 128, true, 3, 3},
+                                           {256, 256, true, 1, 4},
+                                           {64, 64, true, 6, 3}}) {
+      const WkLayout l = wk_layout(w.d, w.dv, w.fp8, false);
+      EXPECT_EQ(l.ctas, w.ctas) << w.d << " fp8 " << w.fp8 << " wide";
+      EXPECT_EQ(l.stages, w.stages) << w.d << " fp8 " << w.fp8 << " wide";
+    }
+  }
+  // The 16-row form's registers cap it at three CTAs of four warps; the narrow one's at four.
+  EXPECT_EQ(wk_reg_ctas(4, false), 3);
+  EXPECT_EQ(wk_reg_ctas(4, true), 4);
+  const WkLayout f8 = wk_layout(128, 128, true, true), f8w = wk_layout(128, 128, true, false);
+  EXPECT_EQ(wk_form_ctas(f8), f8.ctas);
+  EXPECT_EQ(wk_form_ctas(f8w), 3);
+  EXPECT_EQ(wk_resident(f8w, 228 * 1024), 3);
+  EXPECT_EQ(wk_form_ctas(wk_layout(64, 64, true, false)), 3);
   for (int warps : {2, 4})
     for (int d : {64, 80, 96, 128, 192, 256})
-      for (bool fp8 : {false, true}) {
-        if (fp8 && d % 64 != 0) continue;
-        const int dv = d == 192 ? 128 : d;
-        const WkLayout l = wk_layout(d, dv, fp8, warps);
-        const int smem = l.q_bytes + l.static_bytes + l.stages * (l.stage_bytes + l.loc_stage);
-        EXPECT_EQ(l.n, 16 * warps);
-        EXPECT_GE(l.stages, 2) << d;
-        EXPECT_LE(l.stages, 4) << d;
-        EXPECT_LE(smem, decode_smem_per_cta(l.ctas)) << d;
-        // The residency is the largest (up to 8) that keeps three stages: one more CTA per SM
-        // would not get them; one CTA takes what fits.
-        if (l.ctas > 1) EXPECT_GE(l.stages, 3) << d;
-        if (l.ctas < 8) {
-          const int more = decode_smem_per_cta(l.ctas + 1) - l.q_bytes - l.static_bytes;
-          EXPECT_LT(more / (l.stage_bytes + l.loc_stage), 3) << d;
+      for (bool fp8 : {false, true})
+        for (bool narrow : {true, false}) {
+          if (fp8 && d % 64 != 0) continue;
+          const int dv = d == 192 ? 128 : d;
+          const WkLayout l = wk_layout(d, dv, fp8, narrow, warps);
+          const int smem = l.q_bytes + l.static_bytes + l.stages * (l.stage_bytes + l.loc_stage);
+          EXPECT_EQ(l.n, 16 * warps);
+          EXPECT_GE(l.stages, 2) << d;
+          EXPECT_LE(l.stages, 4) << d;
+          EXPECT_LE(smem, decode_smem_per_cta(l.ctas)) << d;
+          // The residency is the largest (up to 8) that keeps three stages, or for fp8 in the
+          // narrow form two from as many as its registers allow down: one more CTA per SM would
+          // not get them; one CTA takes what fits.
+          const auto least = [&](int ctas) {
+            return fp8 && narrow && ctas <= wk_reg_ctas(warps, true) ? 2 : 3;
+          };
+          if (l.ctas > 1) EXPECT_GE(l.stages, least(l.ctas)) << d;
+          if (l.ctas < 8) {
+            const int more = decode_smem_per_cta(l.ctas + 1) - l.q_bytes - l.static_bytes;
+            EXPECT_LT(more / (l.stage_bytes + l.loc_stage), least(l.ctas + 1)) << d;
+          }
+          // Swizzled rows are whole 128-byte lines; padded ones end 16 bytes past the row.
+          const int eb = fp8 ? 1 : 2;
+          if (l.swz == RowSwizzle::kNone) {
+            EXPECT_EQ(l.kraw, d * eb + 16);
+          } else {
+            EXPECT_EQ(l.kraw % 128, 0) << d;
+            EXPECT_EQ(l.vraw % 128, 0) << d;
+          }
+          // The merge at the end reuses the stages for the warps' 16 x DV fp32 partials.
+          EXPECT_LE(l.warps * WkLayout::ROWS * dv * 4 + 2 * l.warps * WkLayout::ROWS * 4 +
+                        2 * WkLayout::ROWS * 4,
+                    l.stages * l.stage_bytes)
+              << d;
         }
-        // Swizzled rows are whole 128-byte lines; padded ones end 16 bytes past the row.
-        const int eb = fp8 ? 1 : 2;
-        if (l.swz == RowSwizzle::kNone) {
-          EXPECT_EQ(l.kraw, d * eb + 16);
-        } else {
-          EXPECT_EQ(l.kraw % 128, 0) << d;
-          EXPECT_EQ(l.vraw % 128, 0) << d;
-        }
-        // The merge at the end reuses the stages for the warps' 16 x DV fp32 partials.
-        EXPECT_LE(l.warps * WkLayout::ROWS * dv * 4 + 2 * l.warps * WkLayout::ROWS * 4 +
-                      2 * WkLayout::ROWS * 4,
-                  l.stages * l.stage_bytes)
-            << d;
-      }
 }
 
 // Bank group (16-byte unit of a 128-byte line) of byte b of stage row `row`, rows of `pitch`

@@ -90,6 +90,7 @@ struct WkLayout {
   int stage_bytes, loc_stage, q_bytes;
   int static_bytes;  // static __shared__ of the kernel (fp8: load_q_fp16's reduction; the pick)
   int ctas, stages;  // resident CTAs per SM (shared memory; see wk_form_ctas), K/V stages
+  bool narrow;       // the form it is built for (wk_narrow): the narrow one or the 16-row one
 };
 
 // FLASHBACK_WK_SWIZZLE=1 lays whole-line stage rows unpadded and swizzled (common/row_swizzle.h):
@@ -120,8 +121,20 @@ constexpr RowSwizzle wk_swizzle(int d, int dv, bool fp8) {
 /// (docs/PERFORMANCE_GPU.md), so only 4 is instantiated.
 inline constexpr int kWkWarps = 4;
 
-constexpr WkLayout wk_layout(int d, int dv, bool fp8, int warps = kWkWarps) {
+// Registers per thread of the 16-row form (warp_keys.cuh, not narrow): ~160-170 (H200, session
+// 12), so its residency is capped by the register file; the narrow form's: 114-126 (115 for fp8
+// head dim 128, session 21), so four CTAs of four warps.
+constexpr int kWkWideRegs = 168, kWkNarrowRegs = 128;
+
+/// CTAs of `warps` warps that an SM's 65536 registers hold in the narrow or the 16-row form.
+constexpr int wk_reg_ctas(int warps, bool narrow) {
+  return 65536 / (32 * warps * (narrow ? kWkNarrowRegs : kWkWideRegs));
+}
+
+/// The layout for the narrow (`narrow`, wk_narrow) or the 16-row form of the kernel.
+constexpr WkLayout wk_layout(int d, int dv, bool fp8, bool narrow, int warps = kWkWarps) {
   WkLayout l{};
+  l.narrow = narrow;
   l.warps = warps;
   l.n = warps * WkLayout::KW;
   l.swz = wk_swizzle(d, dv, fp8);
@@ -147,9 +160,17 @@ constexpr WkLayout wk_layout(int d, int dv, bool fp8, int warps = kWkWarps) {
   // 3 x 2: verify_b64_q4_L4k -6 %, cross -5 %, decode_b1_L128k -4 %, decode_b64_L4k -3 %,
   // decode_b64_L8k -1 %; fp8 (18 KB stages) with 3 x 3 against 2 x 5 (the cap of 4 stages
   // raised for that test): 3 % faster.
+  // fp8 caches in the narrow form take two stages from as many CTAs as its registers allow (four)
+  // down: a key costs the tensor cores what a bf16 one does, plus its dequantisation, on half the
+  // bytes, so warps to overlap that work come before a third stage. Session 21, same call, 4 x 2
+  // against 3 x 3 (head dim 128; 256: 2 x 2 against 1 x 4): decode_fp8_b64_L8k -7.2 %, _p1
+  // -8.2 %, b64_L4k -16 %, mha_b32_L4k -7 %, b128_ragged -2 %, b1_L128k 0 %, head dim 256
+  // window -18 % and softcap -23 %, cross -29 %. The 16-row form (three CTAs by its registers)
+  // keeps three stages: verify_b64_q4_L4k on fp8 was 5 % slower with 3 x 2.
   l.ctas = 1;
   for (int c = 8; c > 1; --c)
-    if (stages_at(c) >= 3) {
+    if (stages_at(c) >= 3 ||
+        (fp8 && narrow && c <= wk_reg_ctas(warps, true) && stages_at(c) >= 2)) {
       l.ctas = c;
       break;
     }
@@ -157,15 +178,11 @@ constexpr WkLayout wk_layout(int d, int dv, bool fp8, int warps = kWkWarps) {
   return l;
 }
 
-// Registers per thread of the 16-row form (warp_keys.cuh, not narrow): ~160-170 (H200, session
-// 12), so its residency is capped by the register file where the narrow form's (114-126) is not.
-constexpr int kWkWideRegs = 168;
-
-/// Resident CTAs per SM the layout is built for, in the narrow or the 16-row form: its shared
-/// memory's, capped by the 65536 registers of an SM.
-constexpr int wk_form_ctas(const WkLayout& l, bool narrow) {
-  if (narrow) return l.ctas;
-  const int regs = 65536 / (32 * l.warps * kWkWideRegs);
+/// Resident CTAs per SM the layout is built for: its shared memory's, in the 16-row form capped
+/// by the register file (the narrow form's __launch_bounds__ fits its registers to the count).
+constexpr int wk_form_ctas(const WkLayout& l) {
+  if (l.narrow) return l.ctas;
+  const int regs = wk_reg_ctas(l.warps, false);
   return l.ctas < regs ? l.ctas : regs < 1 ? 1 : regs;
 }
 
@@ -176,8 +193,8 @@ constexpr int wk_smem_bytes(const WkLayout& l) {
 
 /// Resident CTAs of the warps-split-keys kernel on an SM with `smem_sm` bytes of shared memory
 /// (the layout is sized for Hopper's 228 KB; an A100 holds fewer).
-constexpr int wk_resident(const WkLayout& l, int smem_sm, bool narrow = true) {
-  const int fit = smem_sm / (wk_smem_bytes(l) + 1024), built = wk_form_ctas(l, narrow);
+constexpr int wk_resident(const WkLayout& l, int smem_sm) {
+  const int fit = smem_sm / (wk_smem_bytes(l) + 1024), built = wk_form_ctas(l);
   return fit < 1 ? 1 : fit < built ? fit : built;
 }
 
@@ -192,7 +209,8 @@ constexpr DecodeShape decode_shape(int d, int dv, bool qv, bool fp8, int m_tiles
                                    int smem_block) {
   if (qv && mla_ok && !fp8) return DecodeShape::kMlaWgmma;
   if (!qv && dv <= 256 && m_tiles == 1 && (!fp8 || (d % 64 == 0 && dv % 64 == 0)) &&
-      wk_smem_bytes(wk_layout(d, dv, fp8)) <= smem_block)
+      wk_smem_bytes(wk_layout(d, dv, fp8, true)) <= smem_block &&
+      wk_smem_bytes(wk_layout(d, dv, fp8, false)) <= smem_block)  // either form may run
     return DecodeShape::kWarpKeys;
   return DecodeShape::kColumns;
 }
@@ -205,11 +223,12 @@ constexpr bool wk_narrow(int group, int max_q) { return group * max_q <= 8; }
 // The warps-split-keys shape (warp_keys.cuh) for up to 16 rows per CTA (decode with GQA groups
 // up to 16, verify with group x tokens <= 16) and v heads up to 256 wide: each of the WARPS warps
 // takes 16 keys of every tile and keeps S, P and its O partial (16 x DV fp32) in registers.
-template <int D_, int DV_, bool FP8_>
+// NARROW: the form (wk_narrow), which the layout depends on.
+template <int D_, int DV_, bool FP8_, bool NARROW_>
 struct DecodeWkConfig {
   static constexpr int D = D_, DV = DV_;
-  static constexpr bool FP8 = FP8_;
-  static constexpr WkLayout L = wk_layout(D, DV, FP8);
+  static constexpr bool FP8 = FP8_, NARROW = NARROW_;
+  static constexpr WkLayout L = wk_layout(D, DV, FP8, NARROW);
   static constexpr int WARPS = L.warps, THREADS = 32 * WARPS;
   static constexpr int KW = WkLayout::KW;  // keys per warp per tile (the k of the P V mma)
   static constexpr int N = L.n;            // keys per tile

@@ -27,14 +27,16 @@ void launch_decode_one(const DecodeParams& p, cudaStream_t stream) {
 // narrow form (S^T = K Q^T) when no CTA holds more than 8 rows (queries x heads of a group).
 template <int D, int DV, typename T, KvKind KV>
 void launch_decode_wk(const DecodeParams& p, cudaStream_t stream) {
-  using Cfg = DecodeWkConfig<D, DV, KV != KvKind::kSame>;
+  constexpr bool FP8 = KV != KvKind::kSame;
+  using Narrow = DecodeWkConfig<D, DV, FP8, true>;
+  using Wide = DecodeWkConfig<D, DV, FP8, false>;
   const dim3 grid(p.num_splits, p.heads_kv * p.row_blocks, p.batch);
   if (p.narrow_ok && wk_narrow(p.group, p.max_q))
-    launch_with_smem(decode_wk_kernel<Cfg, T, KV, true>, grid, Cfg::THREADS, Cfg::SMEM_BYTES,
+    launch_with_smem(decode_wk_kernel<Narrow, T, KV>, grid, Narrow::THREADS, Narrow::SMEM_BYTES,
                      stream, p, "decode_wk_kernel");
   else
-    launch_with_smem(decode_wk_kernel<Cfg, T, KV, false>, grid, Cfg::THREADS, Cfg::SMEM_BYTES,
-                     stream, p, "decode_wk_kernel");
+    launch_with_smem(decode_wk_kernel<Wide, T, KV>, grid, Wide::THREADS, Wide::SMEM_BYTES, stream,
+                     p, "decode_wk_kernel");
 }
 
 template <typename T, int ROWS>

@@ -221,9 +221,10 @@ using Pipeline = std::conditional_t<
 // P V 8 per 128 columns (was 16), a lane softmaxes 4 logits (was 8) and holds half the O
 // accumulators, and q's B fragments stay in registers for the whole split. P^T reaches P V's B
 // operand through two movmatrix transposes.
-template <typename Cfg, typename T, KvKind KV, bool NARROW>
-__global__ void __launch_bounds__(Cfg::THREADS, wk_form_ctas(Cfg::L, NARROW))
+template <typename Cfg, typename T, KvKind KV>
+__global__ void __launch_bounds__(Cfg::THREADS, wk_form_ctas(Cfg::L))
     decode_wk_kernel(const DecodeParams p) {
+  constexpr bool NARROW = Cfg::NARROW;
   constexpr int D = Cfg::D, DV = Cfg::DV, N = Cfg::N, KW = Cfg::KW, ROWS = Cfg::ROWS;
   constexpr int WARPS = Cfg::WARPS, THREADS = Cfg::THREADS, STAGES = Cfg::STAGES;
   constexpr int QP = Cfg::QP, KRAW = Cfg::KRAW, VRAW = Cfg::VRAW;
