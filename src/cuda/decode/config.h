@@ -2,8 +2,6 @@
 // tiles). Every shared-memory and register figure is derived here so the kernel stays generic.
 #pragma once
 
-#include "cuda/common/row_swizzle.h"
-
 namespace flashback::cuda {
 
 // Shared memory a CTA may take when `ctas` of them are resident on an SM (the SM has 228 KB, the
@@ -85,7 +83,6 @@ namespace flashback::cuda {
 struct WkLayout {
   static constexpr int KW = 16, ROWS = 16;  // keys per warp per tile (the P V mma's k); rows
   int warps, n;                             // warps per CTA; keys per tile (KW per warp)
-  RowSwizzle swz;                           // stage rows padded (kNone) or swizzled
   int eb, qp, kraw, vraw;  // element bytes; q's pitch (16-bit elements); stage rows (bytes)
   int stage_bytes, loc_stage, q_bytes;
   int static_bytes;  // static __shared__ of the kernel (fp8: load_q_fp16's reduction; the pick)
@@ -93,27 +90,11 @@ struct WkLayout {
   bool narrow;       // the form it is built for (wk_narrow): the narrow one or the 16-row one
 };
 
-// FLASHBACK_WK_SWIZZLE=1 lays whole-line stage rows unpadded and swizzled (common/row_swizzle.h):
-// fp8 head dim 128 then holds four CTAs with three stages. Off: on the H200 (session 20) it was
-// 5.6-8.5 % slower on every bf16 decode workload, including those whose residency it leaves
-// alone, and 1.5 % slower on fp8 (docs/PERFORMANCE_GPU.md); why the swizzled path costs more per
-// byte is not yet known. 0 keeps every row padded, the layout every measured figure used.
-#ifndef FLASHBACK_WK_SWIZZLE
-#define FLASHBACK_WK_SWIZZLE 0
-#endif
-
-/// How a shape's stage rows are laid out: rows that go by bulk copy (common/key_rows.cuh,
-/// use_key_rows: the first test below, restated since that header is device code) land whole, so
-/// they keep a pad; 16-bit rows of whole 128-byte lines are swizzled for ldmatrix; fp8 rows of
-/// head dim 128 for warp_keys.cuh's fragment reads; the rest are padded.
-constexpr RowSwizzle wk_swizzle(int d, int dv, bool fp8) {
-  if (!FLASHBACK_WK_SWIZZLE) return RowSwizzle::kNone;
-  const int eb = fp8 ? 1 : 2;
-  if (d * eb >= 512 && dv * eb >= 512) return RowSwizzle::kNone;  // use_key_rows
-  if (!fp8)
-    return (d * 2) % 128 == 0 && (dv * 2) % 128 == 0 ? RowSwizzle::kLdsm : RowSwizzle::kNone;
-  return d % 128 == 0 && dv == 128 ? RowSwizzle::kFp8 : RowSwizzle::kNone;
-}
+// Stage rows are padded by 16 bytes, so the rows a warp's ldmatrix or fp8 fragment reads take at
+// once fall in different banks. Unpadded XOR-swizzled rows (16 bytes a row less, so fp8 head dim
+// 128 held four CTAs with three stages) were built in session 19 and measured 5.6-8.5 % slower
+// on every bf16 decode workload and 1.5 % on fp8 in session 20 (docs/PERFORMANCE_GPU.md), then
+// removed in session 21, when fp8 reached four CTAs with two padded stages instead.
 
 /// Warps per CTA of the warps-split-keys kernel (the one instance built). The layout takes the
 /// count as a parameter; 2-warp CTAs (32-key tiles, four resident per SM) were built and run in
@@ -137,8 +118,7 @@ constexpr WkLayout wk_layout(int d, int dv, bool fp8, bool narrow, int warps = k
   l.narrow = narrow;
   l.warps = warps;
   l.n = warps * WkLayout::KW;
-  l.swz = wk_swizzle(d, dv, fp8);
-  const int pad = l.swz == RowSwizzle::kNone ? 16 : 0;
+  const int pad = 16;
   l.eb = fp8 ? 1 : 2;
   l.qp = d + 8;
   l.kraw = d * l.eb + pad;
@@ -234,7 +214,6 @@ struct DecodeWkConfig {
   static constexpr int N = L.n;            // keys per tile
   static constexpr int ROWS = WkLayout::ROWS;
   static constexpr int EB = L.eb;
-  static constexpr RowSwizzle SWZ = L.swz;
   static constexpr int QP = L.qp, KRAW = L.kraw, VRAW = L.vraw;
   static constexpr int STAGE_BYTES = L.stage_bytes, Q_BYTES = L.q_bytes;
   static constexpr int CTAS = L.ctas, STAGES = L.stages;

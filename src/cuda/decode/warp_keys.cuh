@@ -38,11 +38,10 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* ptr)
 }
 
 // Byte b of row `row` of a stage's K rows (PITCH = Cfg::KRAW) or V rows (Cfg::VRAW), from the
-// first of them: padded rows or swizzled ones (common/row_swizzle.h), as the copies laid them.
-// `row` counts from the warp's first key (a multiple of 8, so the mask is the same).
+// first of them (padded rows, as the copies laid them).
 template <typename Cfg, int PITCH>
 __device__ __forceinline__ int stage_at(int row, int b) {
-  return row * PITCH + swizzled_byte(Cfg::SWZ, row, b);
+  return row * PITCH + b;
 }
 
 // FP8 caches run the tensor cores in fp16 whatever q's type: every e4m3 / e5m2 value is an
@@ -211,7 +210,7 @@ using Pipeline = std::conditional_t<
     KeyRowPipeline<Cfg::N, Cfg::D * Cfg::EB, Cfg::DV * Cfg::EB, Cfg::KRAW, Cfg::VRAW, Cfg::STAGES,
                    Cfg::STAGE_BYTES, Cfg::EB, Cfg::KW>,
     KvPipeline<Cfg::N, Cfg::D * Cfg::EB / 16, Cfg::DV * Cfg::EB / 16, Cfg::KRAW, Cfg::VRAW,
-               Cfg::THREADS, Cfg::STAGES, Cfg::STAGE_BYTES, Cfg::EB, Cfg::KW, Cfg::SWZ>>;
+               Cfg::THREADS, Cfg::STAGES, Cfg::STAGE_BYTES, Cfg::EB, Cfg::KW>>;
 
 }  // namespace wk
 
