@@ -90,11 +90,13 @@ struct WkLayout {
   bool narrow;       // the form it is built for (wk_narrow): the narrow one or the 16-row one
 };
 
-// Stage rows are padded by 16 bytes, so the rows a warp's ldmatrix or fp8 fragment reads take at
-// once fall in different banks. Unpadded XOR-swizzled rows (16 bytes a row less, so fp8 head dim
-// 128 held four CTAs with three stages) were built in session 19 and measured 5.6-8.5 % slower
-// on every bf16 decode workload and 1.5 % on fp8 in session 20 (docs/PERFORMANCE_GPU.md), then
-// removed in session 21, when fp8 reached four CTAs with two padded stages instead.
+// Stage rows are padded by 16 bytes, so the rows a warp's ldmatrix or fp8 V reads take at once
+// fall in different banks (tests/cuda/test_decode_config.cc; fp8 head dim 128's K reads still
+// meet 2-way conflicts on three lanes of eight, docs/PERFORMANCE_GPU.md session 21). Unpadded
+// XOR-swizzled rows (16 bytes a row less, so fp8 head dim 128 held four CTAs with three stages)
+// were built in session 19 and measured 5.6-8.5 % slower on every bf16 decode workload and 1.5 % on
+// fp8 in session 20 (docs/PERFORMANCE_GPU.md), then removed in session 21, when fp8 reached four
+// CTAs with two padded stages instead.
 
 /// Warps per CTA of the warps-split-keys kernel (the one instance built). The layout takes the
 /// count as a parameter; 2-warp CTAs (32-key tiles, four resident per SM) were built and run in
