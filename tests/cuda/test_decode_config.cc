@@ -240,7 +240,8 @@ TEST(DecodeConfig, PaddedRowsSpreadTheKernelsReads) {
   }
   // fp8 head dim 128, V (v_fp8_words): lane l = 4 g + c reads chunk g of row 2 c + p + 8 h.
   // (Its K reads, lane quads taking chunks 4 q..4 q + 3 of rows r and r + 1, meet 2-way
-  // conflicts at this pitch: a 64-byte K pad would spread them; not measured yet.)
+  // conflicts at this pitch, four 16-byte loads per warp and tile; a 64-byte K pad would spread
+  // them. Not measured.)
   const WkLayout f8 = wk_layout(128, 128, true, true);
   for (int q = 0; q < 4; ++q)
     for (int ph = 0; ph < 4; ++ph) {

@@ -91,8 +91,8 @@ struct WkLayout {
 };
 
 // Stage rows are padded by 16 bytes, so the rows a warp's ldmatrix or fp8 V reads take at once
-// fall in different banks (tests/cuda/test_decode_config.cc; fp8 head dim 128's K reads still
-// meet 2-way conflicts on three lanes of eight, docs/PERFORMANCE_GPU.md session 21). Unpadded
+// fall in different banks (tests/cuda/test_decode_config.cc; fp8 head dim 128's four K loads per
+// warp and tile meet 2-way conflicts, docs/PERFORMANCE_GPU.md session 21). Unpadded
 // XOR-swizzled rows (16 bytes a row less, so fp8 head dim 128 held four CTAs with three stages)
 // were built in session 19 and measured 5.6-8.5 % slower on every bf16 decode workload and 1.5 % on
 // fp8 in session 20 (docs/PERFORMANCE_GPU.md), then removed in session 21, when fp8 reached four
