@@ -164,13 +164,12 @@ Resolved resolve(const PagedAttentionParams& p, const detail::PagedShape& s, con
   r.dp.smem_block = smem_cap > 0 ? std::min(smem_cap, facts.smem_block) : facts.smem_block;
   // FLASHBACK_DECODE_NARROW=0 keeps the warps-split-keys kernel's 16-row form for <= 8 rows.
   static const bool narrow_off = env_value("FLASHBACK_DECODE_NARROW") == "0";
-  r.dp.narrow_ok = !narrow_off;
+  r.dp.narrow = !narrow_off && wk_narrow(static_cast<int>(group), static_cast<int>(max_q));
   const DecodeShape shape =
       decode_shape(s.head_dim, s.head_dim_v, qv, fp8, r.m_tiles, r.dp.hopper_mla, r.dp.smem_block);
-  const bool narrow = !narrow_off && wk_narrow(static_cast<int>(group), static_cast<int>(max_q));
   const int resident =
       shape == DecodeShape::kWarpKeys
-          ? wk_resident(wk_layout(s.head_dim, s.head_dim_v, fp8, narrow), facts.smem_sm)
+          ? wk_resident(wk_layout(s.head_dim, s.head_dim_v, fp8, r.dp.narrow), facts.smem_sm)
           : 1;
   const SplitPlan plan = plan_splits(
       s.batch * s.heads_kv * row_blocks, max_keys, facts.sms, p.num_splits, exec.deterministic,

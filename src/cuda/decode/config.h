@@ -120,11 +120,10 @@ constexpr WkLayout wk_layout(int d, int dv, bool fp8, bool narrow, int warps = k
   l.narrow = narrow;
   l.warps = warps;
   l.n = warps * WkLayout::KW;
-  const int pad = 16;
   l.eb = fp8 ? 1 : 2;
   l.qp = d + 8;
-  l.kraw = d * l.eb + pad;
-  l.vraw = dv * l.eb + pad;
+  l.kraw = d * l.eb + 16;  // padded rows (above)
+  l.vraw = dv * l.eb + 16;
   l.stage_bytes = l.n * (l.kraw + l.vraw);
   l.loc_stage = l.n * 16;  // a tile's key offsets (KeyBytes per key)
   l.q_bytes = WkLayout::ROWS * l.qp * 2;
@@ -198,8 +197,8 @@ constexpr DecodeShape decode_shape(int d, int dv, bool qv, bool fp8, int m_tiles
 }
 
 /// Whether the warps-split-keys kernel runs narrow (S^T = K Q^T, warp_keys.cuh): every CTA's rows
-/// (max_q queries x a GQA group of q heads) fit the mma's N = 8. FLASHBACK_DECODE_NARROW=0 (read
-/// by dispatch.cu into DecodeParams::narrow_ok, for A/B runs) keeps the 16-row form.
+/// (max_q queries x a GQA group of q heads) fit the mma's N = 8. dispatch.cu decides it once
+/// (DecodeParams::narrow; FLASHBACK_DECODE_NARROW=0 keeps the 16-row form, for A/B runs).
 constexpr bool wk_narrow(int group, int max_q) { return group * max_q <= 8; }
 
 // The warps-split-keys shape (warp_keys.cuh) for up to 16 rows per CTA (decode with GQA groups

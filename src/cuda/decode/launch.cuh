@@ -31,7 +31,7 @@ void launch_decode_wk(const DecodeParams& p, cudaStream_t stream) {
   using Narrow = DecodeWkConfig<D, DV, FP8, true>;
   using Wide = DecodeWkConfig<D, DV, FP8, false>;
   const dim3 grid(p.num_splits, p.heads_kv * p.row_blocks, p.batch);
-  if (p.narrow_ok && wk_narrow(p.group, p.max_q))
+  if (p.narrow)
     launch_with_smem(decode_wk_kernel<Narrow, T, KV>, grid, Narrow::THREADS, Narrow::SMEM_BYTES,
                      stream, p, "decode_wk_kernel");
   else

@@ -57,9 +57,10 @@ struct DecodeParams {
   float scale = 0, softcap = 0;
   bool causal = true;
   int window_left = -1, window_right = -1;
-  // Host side: whether the warps-split-keys kernel may run narrow (config.h, wk_narrow), unless
-  // FLASHBACK_DECODE_NARROW=0 (dispatch.cu).
-  bool narrow_ok = true;
+  // Host side: whether the warps-split-keys kernel runs narrow (config.h, wk_narrow, unless
+  // FLASHBACK_DECODE_NARROW=0): decided once in dispatch.cu, which plans the splits for that
+  // form's layout, and read by the launcher (launch.cuh), which picks that form's instance.
+  bool narrow = true;
   // Host side: the device's shared memory per block (DeviceFacts::smem_block), for decode_shape
   // (config.h). Last, so the kernels' parameter offsets are those of the fields above alone.
   int smem_block = 227 * 1024;
