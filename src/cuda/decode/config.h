@@ -84,6 +84,7 @@ struct WkLayout {
   static constexpr int KW = 16, ROWS = 16;  // keys per warp per tile (the P V mma's k); rows
   int warps, n;                             // warps per CTA; keys per tile (KW per warp)
   int eb, qp, kraw, vraw;  // element bytes; q's pitch (16-bit elements); stage rows (bytes)
+  int q_rows;              // q rows held in shared memory: the narrow form reads 8 (its N)
   int stage_bytes, loc_stage, q_bytes;
   int static_bytes;  // static __shared__ of the kernel (fp8: load_q_fp16's reduction; the pick)
   int ctas, stages;  // resident CTAs per SM (shared memory; see wk_form_ctas), K/V stages
@@ -126,7 +127,8 @@ constexpr WkLayout wk_layout(int d, int dv, bool fp8, bool narrow, int warps = k
   l.vraw = dv * l.eb + 16;
   l.stage_bytes = l.n * (l.kraw + l.vraw);
   l.loc_stage = l.n * 16;  // a tile's key offsets (KeyBytes per key)
-  l.q_bytes = WkLayout::ROWS * l.qp * 2;
+  l.q_rows = narrow ? 8 : WkLayout::ROWS;
+  l.q_bytes = l.q_rows * l.qp * 2;
   // fp8 K and V fragments are built in registers from the raw stage bytes: no widened copy.
   l.static_bytes = (fp8 ? 32 * 4 : 0) + 16;  // and entry.cuh's longest-first pick
   const auto stages_at = [&l](int ctas) {
@@ -213,7 +215,7 @@ struct DecodeWkConfig {
   static constexpr int WARPS = L.warps, THREADS = 32 * WARPS;
   static constexpr int KW = WkLayout::KW;  // keys per warp per tile (the k of the P V mma)
   static constexpr int N = L.n;            // keys per tile
-  static constexpr int ROWS = WkLayout::ROWS;
+  static constexpr int ROWS = WkLayout::ROWS, Q_ROWS = L.q_rows;
   static constexpr int EB = L.eb;
   static constexpr int QP = L.qp, KRAW = L.kraw, VRAW = L.vraw;
   static constexpr int STAGE_BYTES = L.stage_bytes, Q_BYTES = L.q_bytes;

@@ -247,9 +247,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, wk_form_ctas(Cfg::L))
   if (!load_entry<T, DV, ROWS, N>(p, e, b)) return;
   float q_unscale = 1.f;
   if constexpr (FP8)
-    q_unscale = wk::load_q_fp16<T, ROWS, D, QP, THREADS>(p, e, sQ);
+    q_unscale = wk::load_q_fp16<T, Cfg::Q_ROWS, D, QP, THREADS>(p, e, sQ);
   else
-    load_rows<T, ROWS, D, QP, THREADS>(p, e, static_cast<const T*>(p.q), p.q_st, p.q_sh, sQ);
+    load_rows<T, Cfg::Q_ROWS, D, QP, THREADS>(p, e, static_cast<const T*>(p.q), p.q_st, p.q_sh, sQ);
 
   // K/V tiles through common/paged.cuh's pipeline with per-warp ownership: each warp streams its
   // own 16 keys of a tile, with no barrier across warps until the merge. (The CTA-wide form, a
