@@ -171,8 +171,12 @@ Resolved resolve(const PagedAttentionParams& p, const detail::PagedShape& s, con
       shape == DecodeShape::kWarpKeys
           ? wk_resident(wk_layout(s.head_dim, s.head_dim_v, fp8, r.dp.narrow), facts.smem_sm)
           : 1;
+  // FLASHBACK_DECODE_SPLITS=<n> stands in for a caller's num_splits when it leaves the count to
+  // the heuristic (A/B timing of split counts through `flashback bench`).
+  static const int env_splits = std::atoi(env_value("FLASHBACK_DECODE_SPLITS").c_str());
   const SplitPlan plan = plan_splits(
-      s.batch * s.heads_kv * row_blocks, max_keys, facts.sms, p.num_splits, exec.deterministic,
+      s.batch * s.heads_kv * row_blocks, max_keys, facts.sms,
+      p.num_splits > 0 ? p.num_splits : std::max(env_splits, 0), exec.deterministic,
       shape == DecodeShape::kColumns ? SplitRule::kManyWaves : SplitRule::kOneWave, resident);
   if (plan.use_workspace) {
     const int64_t rows_all = int64_t{plan.num_splits} * s.total_q * s.heads_q;
