@@ -151,11 +151,12 @@ TEST(DecodeConfig, WarpKeysLayoutFitsItsResidency) {
   // The shapes measured on the H200 (docs/PERFORMANCE_GPU.md, session 7): head dim 128 runs two
   // CTAs per SM with three stages (bf16: 34 KB stages); head dim 256 one CTA. fp8 (18 KB
   // stages, no widened V copy) ran three CTAs with three stages until session 21 measured four
-  // with two faster; head dim 256 fp8 takes two with two by the same rule.
+  // with two faster; head dim 256 fp8 takes three with two by the same rule (two with two while
+  // the narrow form held 16 q rows; it reads 8).
   for (const Want& w : std::vector<Want>{{128, 128, false, 2, 3},
                                          {128, 128, true, 4, 2},
                                          {256, 256, false, 1, 3},
-                                         {256, 256, true, 2, 2},
+                                         {256, 256, true, 3, 2},
                                          {64, 64, false, 3, 3}}) {
     const WkLayout l = wk_layout(w.d, w.dv, w.fp8, true);
     EXPECT_EQ(l.ctas, w.ctas) << w.d << " fp8 " << w.fp8;
@@ -188,6 +189,10 @@ TEST(DecodeConfig, WarpKeysLayoutFitsItsResidency) {
           const WkLayout l = wk_layout(d, dv, fp8, narrow, warps);
           const int smem = l.q_bytes + l.static_bytes + l.stages * (l.stage_bytes + l.loc_stage);
           EXPECT_EQ(l.n, 16 * warps);
+          // q in shared memory: the rows the form's mma reads (narrow: its N = 8), 8 elements of
+          // pitch padding.
+          EXPECT_EQ(l.q_rows, narrow ? 8 : WkLayout::ROWS);
+          EXPECT_EQ(l.q_bytes, l.q_rows * (d + 8) * 2);
           EXPECT_GE(l.stages, 2) << d;
           EXPECT_LE(l.stages, 4) << d;
           EXPECT_LE(smem, decode_smem_per_cta(l.ctas)) << d;
