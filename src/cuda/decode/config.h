@@ -82,6 +82,7 @@ namespace flashback::cuda {
 // (the split plan in dispatch.cu) reads the same residency the kernel is built for.
 struct WkLayout {
   static constexpr int KW = 16, ROWS = 16;  // keys per warp per tile (the P V mma's k); rows
+  int d, dv;                                // head dims of q / k and of v
   int warps, n;                             // warps per CTA; keys per tile (KW per warp)
   int eb, qp, kraw, vraw;  // element bytes; q's pitch (16-bit elements); stage rows (bytes)
   int q_rows;              // q rows held in shared memory: the narrow form reads 8 (its N)
@@ -105,20 +106,27 @@ struct WkLayout {
 /// (docs/PERFORMANCE_GPU.md), so only 4 is instantiated.
 inline constexpr int kWkWarps = 4;
 
-// Registers per thread of the 16-row form (warp_keys.cuh, not narrow): ~160-170 (H200, session
-// 12), so its residency is capped by the register file; the narrow form's: 114-126 (115 for fp8
-// head dim 128, session 21), so four CTAs of four warps.
-constexpr int kWkWideRegs = 168, kWkNarrowRegs = 128;
+// Registers per thread of warp_keys.cuh, by form and v head dim: the O accumulators (16-row form
+// DV / 2 per thread, narrow DV / 4) and q's fragments (narrow, D / 8) grow with the head, so
+// base + DV / 2 in either form. Measured (ptxas, sm_90a, where the launch bounds left room): the
+// 16-row form ~160-170 at 128 (session 12) and 226-239 at 256; the narrow form 114-126 at 128
+// (115 fp8, session 21) and 174 (fp8) / 201 (bf16) at 256 (session 22).
+constexpr int kWkWideRegBase = 104, kWkNarrowRegBase = 64;
+constexpr int wk_regs(bool narrow, int dv) {
+  return (narrow ? kWkNarrowRegBase : kWkWideRegBase) + dv / 2;
+}
 
 /// CTAs of `warps` warps that an SM's 65536 registers hold in the narrow or the 16-row form.
-constexpr int wk_reg_ctas(int warps, bool narrow) {
-  return 65536 / (32 * warps * (narrow ? kWkNarrowRegs : kWkWideRegs));
+constexpr int wk_reg_ctas(int warps, bool narrow, int dv) {
+  return 65536 / (32 * warps * wk_regs(narrow, dv));
 }
 
 /// The layout for the narrow (`narrow`, wk_narrow) or the 16-row form of the kernel.
 constexpr WkLayout wk_layout(int d, int dv, bool fp8, bool narrow, int warps = kWkWarps) {
   WkLayout l{};
   l.narrow = narrow;
+  l.d = d;
+  l.dv = dv;
   l.warps = warps;
   l.n = warps * WkLayout::KW;
   l.eb = fp8 ? 1 : 2;
@@ -149,11 +157,15 @@ constexpr WkLayout wk_layout(int d, int dv, bool fp8, bool narrow, int warps = k
   // against 3 x 3 (head dim 128; 256: 2 x 2 against 1 x 4): decode_fp8_b64_L8k -7.2 %, _p1
   // -8.2 %, b64_L4k -16 %, mha_b32_L4k -7 %, b128_ragged -2 %, b1_L128k 0 %, head dim 256
   // window -18 % and softcap -23 %, cross -29 %. The 16-row form (three CTAs by its registers)
-  // keeps three stages: verify_b64_q4_L4k on fp8 was 5 % slower with 3 x 2.
+  // keeps three stages: verify_b64_q4_L4k on fp8 was 5 % slower with 3 x 2. Session 22: head
+  // dim 256 at 3 x 2 (its registers squeezed from 174 to 167) was 3-6 % slower than 2 x 2 on
+  // the fp8 window and softcap workloads, whose 256 entries then need three splits and a combine
+  // to fill 396 slots; bf16 head dim 128 narrow at 3 x 2 (8 q rows make two stages fit) was
+  // 1.5-6 % slower than 2 x 3 on all but decode_b1_L128k (-1.4 %), so bf16 keeps three stages.
   l.ctas = 1;
   for (int c = 8; c > 1; --c)
     if (stages_at(c) >= 3 ||
-        (fp8 && narrow && c <= wk_reg_ctas(warps, true) && stages_at(c) >= 2)) {
+        (fp8 && narrow && c <= wk_reg_ctas(warps, true, dv) && stages_at(c) >= 2)) {
       l.ctas = c;
       break;
     }
@@ -165,7 +177,7 @@ constexpr WkLayout wk_layout(int d, int dv, bool fp8, bool narrow, int warps = k
 /// by the register file (the narrow form's __launch_bounds__ fits its registers to the count).
 constexpr int wk_form_ctas(const WkLayout& l) {
   if (l.narrow) return l.ctas;
-  const int regs = wk_reg_ctas(l.warps, false);
+  const int regs = wk_reg_ctas(l.warps, false, l.dv);
   return l.ctas < regs ? l.ctas : regs < 1 ? 1 : regs;
 }
 
