@@ -160,16 +160,24 @@ constexpr WkLayout wk_layout(int d, int dv, bool fp8, bool narrow, int warps = k
   // keeps three stages: verify_b64_q4_L4k on fp8 was 5 % slower with 3 x 2. Session 22: head
   // dim 256 at 3 x 2 (its registers squeezed from 174 to 167) was 3-6 % slower than 2 x 2 on
   // the fp8 window and softcap workloads, whose 256 entries then need three splits and a combine
-  // to fill 396 slots; bf16 head dim 128 narrow at 3 x 2 (8 q rows make two stages fit) was
-  // 1.5-6 % slower than 2 x 3 on all but decode_b1_L128k (-1.4 %), so bf16 keeps three stages.
+  // to fill 396 slots, so the CTAs are the ones its registers hold (wk_reg_ctas), and at 2 x 3
+  // (a third stage fits since the narrow form holds 8 q rows) 0.6-1.5 % slower than 2 x 2, so
+  // two stages exactly. bf16 head dim 128 narrow at 3 x 2 was 1.5-6 % slower than 2 x 3 on all
+  // but decode_b1_L128k (-1.4 %), so bf16 keeps three stages.
   l.ctas = 1;
-  for (int c = 8; c > 1; --c)
-    if (stages_at(c) >= 3 ||
-        (fp8 && narrow && c <= wk_reg_ctas(warps, true, dv) && stages_at(c) >= 2)) {
+  l.stages = stages_at(1);
+  for (int c = 8; c > 1; --c) {
+    if (fp8 && narrow && c <= wk_reg_ctas(warps, true, dv) && stages_at(c) >= 2) {
       l.ctas = c;
+      l.stages = 2;
       break;
     }
-  l.stages = stages_at(l.ctas);
+    if (stages_at(c) >= 3) {
+      l.ctas = c;
+      l.stages = stages_at(c);
+      break;
+    }
+  }
   return l;
 }
 
