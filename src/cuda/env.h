@@ -1,9 +1,9 @@
 // The library's environment switches (FLASHBACK_PREFILL_KERNEL, FLASHBACK_PREFILL_PAIRS,
 // FLASHBACK_PREFILL_TMA, FLASHBACK_PREFILL_PINGPONG, FLASHBACK_PREFILL_STAGED_OUT,
 // FLASHBACK_DECODE_KERNEL, FLASHBACK_DECODE_SMEM_BLOCK, FLASHBACK_DECODE_ORDER,
-// FLASHBACK_DECODE_NARROW, FLASHBACK_DECODE_SPLITS, FLASHBACK_MLA_NARROW, FLASHBACK_COMBINE_PDL: kernel choices for tests
-// and A/B timing, README "The two commands"). Callers read each once per process (a function-local
-// static).
+// FLASHBACK_DECODE_NARROW, FLASHBACK_DECODE_SPLITS, FLASHBACK_MLA_NARROW, FLASHBACK_COMBINE_PDL:
+// kernel choices for tests and A/B timing, README "The two commands"). Callers read each once per
+// process (a function-local static).
 #pragma once
 
 #include <cstdlib>

@@ -82,7 +82,7 @@ namespace flashback::cuda {
 // (the split plan in dispatch.cu) reads the same residency the kernel is built for.
 struct WkLayout {
   static constexpr int KW = 16, ROWS = 16;  // keys per warp per tile (the P V mma's k); rows
-  int d, dv;                                // head dims of q / k and of v
+  int dv;                                   // v's head dim (the registers' share, wk_regs)
   int warps, n;                             // warps per CTA; keys per tile (KW per warp)
   int eb, qp, kraw, vraw;  // element bytes; q's pitch (16-bit elements); stage rows (bytes)
   int q_rows;              // q rows held in shared memory: the narrow form reads 8 (its N)
@@ -107,10 +107,12 @@ struct WkLayout {
 inline constexpr int kWkWarps = 4;
 
 // Registers per thread of warp_keys.cuh, by form and v head dim: the O accumulators (16-row form
-// DV / 2 per thread, narrow DV / 4) and q's fragments (narrow, D / 8) grow with the head, so
-// base + DV / 2 in either form. Measured (ptxas, sm_90a, where the launch bounds left room): the
-// 16-row form ~160-170 at 128 (session 12) and 226-239 at 256; the narrow form 114-126 at 128
-// (115 fp8, session 21) and 174 (fp8) / 201 (bf16) at 256 (session 22).
+// DV / 2 per thread, narrow DV / 4, plus q's fragments, D / 8) grow with the head; base + DV / 2
+// in either form fits what ptxas reports (sm_90a, where the launch bounds left room): the 16-row
+// form ~160-170 at 128 (session 12) and 226-239 at 256; the narrow form 114-126 at 128 (115 fp8,
+// session 21) and 174 (fp8) / 201 (bf16) at 256 (session 22). The narrow form's residency is
+// its shared memory's except where fp8 takes two stages (wk_layout): head dim 64 fp8 runs six
+// CTAs, which its launch bounds fit in 76 registers without spills.
 constexpr int kWkWideRegBase = 104, kWkNarrowRegBase = 64;
 constexpr int wk_regs(bool narrow, int dv) {
   return (narrow ? kWkNarrowRegBase : kWkWideRegBase) + dv / 2;
@@ -125,7 +127,6 @@ constexpr int wk_reg_ctas(int warps, bool narrow, int dv) {
 constexpr WkLayout wk_layout(int d, int dv, bool fp8, bool narrow, int warps = kWkWarps) {
   WkLayout l{};
   l.narrow = narrow;
-  l.d = d;
   l.dv = dv;
   l.warps = warps;
   l.n = warps * WkLayout::KW;
