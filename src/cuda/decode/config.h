@@ -88,7 +88,7 @@ struct WkLayout {
   int q_rows;              // q rows held in shared memory: the narrow form reads 8 (its N)
   int stage_bytes, loc_stage, q_bytes;
   int static_bytes;  // static __shared__ of the kernel (fp8: load_q_fp16's reduction; the pick)
-  int ctas, stages;  // resident CTAs per SM (shared memory; see wk_form_ctas), K/V stages
+  int ctas, stages;  // resident CTAs per SM (shared memory, fp8 narrow also registers), stages
   bool narrow;       // the form it is built for (wk_narrow): the narrow one or the 16-row one
 };
 

@@ -37,13 +37,6 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* ptr)
                : "r"(smem_addr(ptr)));
 }
 
-// Byte b of row `row` of a stage's K rows (PITCH = Cfg::KRAW) or V rows (Cfg::VRAW), from the
-// first of them (padded rows, as the copies laid them).
-template <typename Cfg, int PITCH>
-__device__ __forceinline__ int stage_at(int row, int b) {
-  return row * PITCH + b;
-}
-
 // FP8 caches run the tensor cores in fp16 whatever q's type: every e4m3 / e5m2 value is an
 // fp16 value, one cvt widens two of them (to bf16 it takes four instructions), and q is
 // brought into fp16's range by a power-of-two scale (exact; folded back into the logits).
@@ -120,9 +113,7 @@ __device__ __forceinline__ void v_fp8_words(uint32_t (&x)[4][W], const unsigned 
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
     const int key = 2 * c + (q & 1) + 8 * (q >> 1);
-    const auto at = [&](int w) {
-      return vrows + stage_at<Cfg, Cfg::VRAW>(key, g * (Cfg::DV / 8) + 4 * w);
-    };
+    const auto at = [&](int w) { return vrows + (key * Cfg::VRAW + g * (Cfg::DV / 8) + 4 * w); };
     if constexpr (W % 4 == 0) {
 #pragma unroll
       for (int w = 0; w < W; w += 4) {
@@ -317,7 +308,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, wk_form_ctas(Cfg::L))
           for (int gq = 0; gq < D / 64; ++gq)
             kr[nt][gq] = *reinterpret_cast<const uint4*>(
                 stage + warp * KW * KRAW +
-                wk::stage_at<Cfg, KRAW>(nt * 8 + (lane >> 2), gq * 64 + (lane & 3) * 16));
+                ((nt * 8 + (lane >> 2)) * KRAW + gq * 64 + (lane & 3) * 16));
 #pragma unroll
         for (int ks = 0; ks < D / 16; ++ks) {
           uint32_t w[2];
@@ -350,7 +341,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, wk_form_ctas(Cfg::L))
         const int kh = NARROW ? lane >> 4 : (lane >> 3) & 1;
 #pragma unroll
         for (int ks = 0; ks < D / 16; ++ks) {
-          const unsigned char* kaddr = Kw + wk::stage_at<Cfg, KRAW>(kr, (ks * 16 + kh * 8) * 2);
+          const unsigned char* kaddr = Kw + (kr * KRAW + (ks * 16 + kh * 8) * 2);
           if constexpr (NARROW) {
             uint32_t a[4];
             ldmatrix_x4(a, kaddr);
@@ -438,9 +429,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, wk_form_ctas(Cfg::L))
 #pragma unroll
           for (int u = 0; u < DV / 16; ++u) {
             uint32_t a[4];  // V^T: keys (lane & 7) + 8 (lane >> 4), columns + 8 ((lane >> 3) & 1)
-            wk::ldsm_x4_trans(
-                a, vrows + wk::stage_at<Cfg, VRAW>((lane & 7) + (lane >> 4) * 8,
-                                                   (u * 16 + ((lane >> 3) & 1) * 8) * 2));
+            wk::ldsm_x4_trans(a, vrows + (((lane & 7) + (lane >> 4) * 8) * VRAW +
+                                          (u * 16 + ((lane >> 3) & 1) * 8) * 2));
             mma16816<T>(acc[u], a, b0, b1);
           }
         }
@@ -458,8 +448,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, wk_form_ctas(Cfg::L))
 #pragma unroll
           for (int dp = 0; dp < DV / 16; ++dp) {
             uint32_t bv[4];
-            wk::ldsm_x4_trans(
-                bv, vrows + wk::stage_at<Cfg, VRAW>(lane & 15, (dp * 16 + (lane >> 4) * 8) * 2));
+            wk::ldsm_x4_trans(bv, vrows + ((lane & 15) * VRAW + (dp * 16 + (lane >> 4) * 8) * 2));
             mma16816<T>(acc[2 * dp], a, bv[0], bv[1]);
             mma16816<T>(acc[2 * dp + 1], a, bv[2], bv[3]);
           }
