@@ -137,7 +137,20 @@ __device__ __forceinline__ uint32_t stage_at(int key, int chunk) {
   return key * kPitch<LAYOUT> + (LAYOUT == 2 ? (chunk ^ (key & 7)) : chunk) * 16;
 }
 
-template <int S, int LPK, bool TOKEN, int FORM = 0, int LAYOUT = 0>
+__device__ __forceinline__ void ldsm4(uint32_t (&r)[4], uint32_t addr, bool trans) {
+  if (trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+// READ: each warp also reads its stage as decode's narrow form does (8 ldmatrix.x4 over its 16
+// K rows, 8 ldmatrix.x4.trans over its 16 V rows per tile), so the copies meet shared-memory reads.
+template <int S, int LPK, bool TOKEN, int FORM = 0, int LAYOUT = 0, bool READ = false>
 __global__ void __launch_bounds__(128)
     cp_kernel(const char* K, const char* V, const int* table, int splits, bool bfirst, int bytes) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -180,6 +193,18 @@ __global__ void __launch_bounds__(128)
     asm volatile("cp.async.wait_group %0;\n" ::"n"(S - 2));
     __syncwarp();
     acc ^= reinterpret_cast<const unsigned*>(smem + warp * WB + (j % S) * SB)[lane];
+    if constexpr (READ) {
+      const uint32_t st = base + (j % S) * SB;
+      const int kr = (lane & 7) + ((lane >> 3) & 1) * 8, kh = lane >> 4;
+      const int vr = (lane & 7) + (lane >> 4) * 8, vh = (lane >> 3) & 1;
+#pragma unroll
+      for (int ks = 0; ks < 8; ++ks) {
+        uint32_t r[4], v[4];
+        ldsm4(r, st + stage_at<LAYOUT>(kr, ks * 2 + kh), false);
+        ldsm4(v, st + WB / 2 + stage_at<LAYOUT>(vr, ks * 2 + vh), true);
+        acc ^= r[0] ^ r[1] ^ r[2] ^ r[3] ^ v[0] ^ v[1] ^ v[2] ^ v[3];
+      }
+    }
     __syncwarp();
     if (j + S - 1 < ntiles) issue(j + S - 1);
     asm volatile("cp.async.commit_group;\n");
@@ -271,6 +296,10 @@ int main(int argc, char** argv) {
   cp(cp_kernel<3, 8, false>, "cp_head S3 L8", 3, 2, table, false, 1);
   cp(cp_kernel<3, 8, false, 1>, "cp_head S3 L8 zfill", 3, 2, table, false, 1);
   cp(cp_kernel<3, 8, false, 2>, "cp_head S3 L8 pred", 3, 2, table, false, 1);
+  cp(cp_kernel<3, 8, false, 1, 1, true>, "cp_head zfill pad272 read", 3, 2, table, false, 1);
+  cp(cp_kernel<3, 8, false, 1, 2, true>, "cp_head zfill swizzle read", 3, 2, table, false, 1);
+  cp(cp_kernel<3, 8, false, 1, 2>, "cp_head zfill swizzle", 3, 2, table, false, 1);
+  cp(cp_kernel<3, 8, false, 0, 0, true>, "cp_head plain256 read", 3, 2, table, false, 1);
   cp(cp_kernel<3, 8, false, 1, 1>, "cp_head S3 L8 zfill pad272", 3, 2, table, false, 1);
   cp(cp_kernel<3, 8, false, 0, 1>, "cp_head S3 L8 pad272", 3, 2, table, false, 1);
   cp(cp_kernel<3, 8, false, 0, 2>, "cp_head S3 L8 swizzle", 3, 2, table, false, 1);
