@@ -149,7 +149,8 @@ TEST(DecodeConfig, WarpKeysLayoutFitsItsResidency) {
     int ctas, stages;
   };
   // The shapes measured on the H200 (docs/PERFORMANCE_GPU.md, session 7): head dim 128 runs two
-  // CTAs per SM with three stages (bf16: 34 KB stages); head dim 256 one CTA. fp8 (18 KB
+  // CTAs per SM with three stages (bf16: 34 KB stages, 32 KB with unpadded rows); head dim 256
+  // one CTA; head dim 64 bf16 three (four with unpadded rows, FLASHBACK_WK_SWIZZLE=1). fp8 (18 KB
   // stages, no widened V copy) ran three CTAs with three stages until session 21 measured four
   // with two faster; head dim 256 fp8 takes two with two (its registers hold two CTAs; a third
   // stage, which fits since the narrow form holds 8 q rows, measured no faster).
@@ -157,7 +158,7 @@ TEST(DecodeConfig, WarpKeysLayoutFitsItsResidency) {
                                          {128, 128, true, 4, 2},
                                          {256, 256, false, 1, 3},
                                          {256, 256, true, 2, 2},
-                                         {64, 64, false, 3, 3}}) {
+                                         {64, 64, false, FLASHBACK_WK_SWIZZLE ? 4 : 3, 3}}) {
     const WkLayout l = wk_layout(w.d, w.dv, w.fp8, true);
     EXPECT_EQ(l.ctas, w.ctas) << w.d << " fp8 " << w.fp8;
     EXPECT_EQ(l.stages, w.stages) << w.d << " fp8 " << w.fp8;
@@ -213,10 +214,14 @@ TEST(DecodeConfig, WarpKeysLayoutFitsItsResidency) {
             const int more = decode_smem_per_cta(l.ctas + 1) - l.q_bytes - l.static_bytes;
             EXPECT_LT(more / (l.stage_bytes + l.loc_stage), least(l.ctas + 1)) << d;
           }
-          // Rows end 16 bytes past the row (the pad that spreads a read's rows over the banks).
+          // 16-bit rows of whole 128-byte lines copied by cp.async (not head dim 256's bulk
+          // copies) are swizzled and unpadded; the others end 16 bytes past the row (the pad that
+          // spreads a read's rows over the banks).
           const int eb = fp8 ? 1 : 2;
-          EXPECT_EQ(l.kraw, d * eb + 16);
-          EXPECT_EQ(l.vraw, dv * eb + 16);
+          const bool swizzled = FLASHBACK_WK_SWIZZLE && !fp8 && (d == 64 || d == 128 || d == 192);
+          EXPECT_EQ(l.swizzle, swizzled) << d << " fp8 " << fp8;
+          EXPECT_EQ(l.kraw, d * eb + (swizzled ? 0 : 16));
+          EXPECT_EQ(l.vraw, dv * eb + (swizzled ? 0 : 16));
           // The merge at the end reuses the stages for the warps' 16 x DV fp32 partials.
           EXPECT_LE(l.warps * WkLayout::ROWS * dv * 4 + 2 * l.warps * WkLayout::ROWS * 4 +
                         2 * WkLayout::ROWS * 4,
@@ -236,19 +241,27 @@ bool distinct(const int (&g)[8]) {
   return true;
 }
 
+// Byte b of stage row `row` as the kernel addresses it (warp_keys.cuh's wk::row_at).
+int row_at(const WkLayout& l, int pitch, int row, int b) {
+  return row * pitch + (l.swizzle ? b ^ ((row & 7) << 4) : b);
+}
+
 // Every 8-lane phase of the kernel's ldmatrix reads (8 rows from a multiple of 8, one 16-byte
-// chunk each) and of its fp8 V reads touches 8 different bank groups of the padded rows.
-TEST(DecodeConfig, PaddedRowsSpreadTheKernelsReads) {
-  for (int d : {64, 80, 96, 128, 192, 256}) {
-    const WkLayout l = wk_layout(d, d == 192 ? 128 : d, false, true);
-    for (int pitch : {l.kraw, l.vraw})
-      for (int r0 : {0, 8})
-        for (int c = 0; c < pitch / 16; ++c) {
-          int g[8];
-          for (int i = 0; i < 8; ++i) g[i] = bank_group(pitch, r0 + i, c * 16);
-          EXPECT_TRUE(distinct(g)) << d << " " << pitch << " " << r0 << " " << c;
-        }
-  }
+// chunk each) and of its fp8 V reads touches 8 different bank groups of the rows, padded or
+// swizzled.
+TEST(DecodeConfig, StageRowsSpreadTheKernelsReads) {
+  for (int d : {64, 80, 96, 128, 192, 256})
+    for (bool swizzle : {false, true}) {
+      const WkLayout l = wk_layout(d, d == 192 ? 128 : d, false, true, kWkWarps, swizzle);
+      EXPECT_EQ(l.swizzle, swizzle && (d == 64 || d == 128 || d == 192)) << d;
+      for (int pitch : {l.kraw, l.vraw})
+        for (int r0 : {0, 8})
+          for (int c = 0; c < pitch / 16; ++c) {
+            int g[8];
+            for (int i = 0; i < 8; ++i) g[i] = (row_at(l, pitch, r0 + i, c * 16) / 16) % 8;
+            EXPECT_TRUE(distinct(g)) << d << " " << pitch << " " << r0 << " " << c;
+          }
+    }
   // fp8 head dim 128, V (v_fp8_words): lane l = 4 g + c reads chunk g of row 2 c + p + 8 h.
   // (Its K reads, lane quads taking chunks 4 q..4 q + 3 of rows r and r + 1, meet 2-way
   // conflicts at this pitch, four 16-byte loads per warp and tile; a 64-byte K pad would spread
@@ -263,6 +276,30 @@ TEST(DecodeConfig, PaddedRowsSpreadTheKernelsReads) {
       }
       EXPECT_TRUE(distinct(g)) << q << " " << ph;
     }
+}
+
+// Swizzled rows exist so that every copy writes whole shared-memory lines: the 8 lanes that copy
+// one key's 128-byte run (copy_keys_warp, 8 lanes per key) fill exactly one line, each lane its
+// own 16-byte chunk. (Padded rows split each run over two lines; the SM then reads 1.5x the L2
+// sectors: config.h.)
+TEST(DecodeConfig, SwizzledCopiesWriteWholeLines) {
+  for (int d : {64, 128, 192}) {
+    const WkLayout l = wk_layout(d, d == 192 ? 128 : d, false, true, kWkWarps, true);
+    ASSERT_TRUE(l.swizzle) << d;
+    for (int pitch : {l.kraw, l.vraw})
+      for (int key = 0; key < WkLayout::KW; ++key)
+        for (int run = 0; run < pitch / 128; ++run) {
+          int g[8];
+          const int line = row_at(l, pitch, key, run * 128) / 128;
+          for (int c = 0; c < 8; ++c) {
+            const int at = key * pitch + (((c + 8 * run) * 16) ^ ((key & 7) << 4));  // the copy's
+            EXPECT_EQ(at, row_at(l, pitch, key, (c + 8 * run) * 16));                // = the reads'
+            EXPECT_EQ(at / 128, line) << d << " key " << key << " run " << run;
+            g[c] = (at / 16) % 8;
+          }
+          EXPECT_TRUE(distinct(g)) << d << " key " << key << " run " << run;
+        }
+  }
 }
 
 }  // namespace

@@ -132,13 +132,18 @@ constexpr int lanes_per_key(int ck, int cv) {
 /// that key's chunks at constant offsets from two addresses. (The first form spread one key over
 /// all 32 lanes per instruction: one shared load, a 64-bit add and a predicate per chunk, about
 /// ten instructions per 16 bytes.) A key past the range (offset < 0) reads nothing: src-size 0
-/// zero-fills its chunks, from the head's base address.
-template <int NW, int CK, int CV, int KRAW, int VRAW>
+/// zero-fills its chunks, from the head's base address. SWZ: the stage rows are whole 128-byte
+/// lines without padding, and chunk x of row r lands at chunk x ^ (r % 8) of its line (r counts
+/// from the warp's first key, a multiple of 8), so every copy writes whole lines (decode/config.h,
+/// WkLayout::swizzle, says why).
+template <int NW, int CK, int CV, int KRAW, int VRAW, bool SWZ = false>
 __device__ __forceinline__ void copy_keys_warp(unsigned char* k_dst, unsigned char* v_dst,
                                                const KeyBytes* at, const unsigned char* kbase,
                                                const unsigned char* vbase, int lane) {
   constexpr int LPK = lanes_per_key(CK, CV), KPI = 32 / LPK;  // lanes per key, keys per copy
   static_assert(NW % KPI == 0, "whole rounds of keys per lane");
+  static_assert(!SWZ || (NW % 8 == 0 && KRAW % 128 == 0 && VRAW % 128 == 0),
+                "swizzled rows are whole 128-byte lines, 8 rows per mask period");
   const int c = lane % LPK;
 #pragma unroll
   for (int m = 0; m < NW / KPI; ++m) {
@@ -150,12 +155,13 @@ __device__ __forceinline__ void copy_keys_warp(unsigned char* k_dst, unsigned ch
     const unsigned char* vs = vbase + (live ? off.y : 0) + c * 16;
     unsigned char* kd = k_dst + key * KRAW;
     unsigned char* vd = v_dst + key * VRAW;
+    const int mask = SWZ ? (key & 7) << 4 : 0;
 #pragma unroll
     for (int i = 0; i < CK / LPK; ++i)
-      cp_async16(kd + (c + i * LPK) * 16, ks + i * LPK * 16, bytes);
+      cp_async16(kd + (((c + i * LPK) * 16) ^ mask), ks + i * LPK * 16, bytes);
 #pragma unroll
     for (int i = 0; i < CV / LPK; ++i)
-      cp_async16(vd + (c + i * LPK) * 16, vs + i * LPK * 16, bytes);
+      cp_async16(vd + (((c + i * LPK) * 16) ^ mask), vs + i * LPK * 16, bytes);
   }
 }
 
@@ -174,10 +180,11 @@ __device__ __forceinline__ void copy_keys_warp(unsigned char* k_dst, unsigned ch
 /// The cache strides are read from the kernel's params `p` (any struct with k_sp, k_so, v_sp,
 /// v_so) where they are used, not kept in registers: the prefill kernel runs at 255.
 template <int N, int CK, int CV, int KRAW, int VRAW, int THREADS, int STAGES, int STAGE_BYTES,
-          int EB, int NW = 0>
+          int EB, int NW = 0, bool SWZ = false>
 struct KvPipeline {
   static_assert(NW == 0 || (NW <= 32 && THREADS / 32 * NW == N),
                 "per-warp ownership: every warp owns NW <= 32 keys of the tile");
+  static_assert(NW > 0 || !SWZ, "swizzled rows: per-warp copies only (copy_keys_warp)");
   PageWalk walk;
   KeyBytes* loc = nullptr;                                 // [STAGES][N], shared
   unsigned char* stages = nullptr;                         // [STAGES][STAGE_BYTES], shared
@@ -235,8 +242,9 @@ struct KvPipeline {
     const KeyBytes* at = loc + (tile % STAGES) * N;
     if constexpr (NW > 0) {
       const int w0 = static_cast<int>(threadIdx.x >> 5) * NW;  // the warp's first key
-      copy_keys_warp<NW, CK, CV, KRAW, VRAW>(st + w0 * KRAW, st + N * KRAW + w0 * VRAW, at + w0,
-                                             kbase, vbase, static_cast<int>(threadIdx.x & 31));
+      copy_keys_warp<NW, CK, CV, KRAW, VRAW, SWZ>(st + w0 * KRAW, st + N * KRAW + w0 * VRAW,
+                                                  at + w0, kbase, vbase,
+                                                  static_cast<int>(threadIdx.x & 31));
     } else {
       copy_tile<N, CK, CV, KRAW, VRAW, THREADS>(st, at, kbase, vbase);
     }

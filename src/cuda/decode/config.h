@@ -86,19 +86,39 @@ struct WkLayout {
   int warps, n;                             // warps per CTA; keys per tile (KW per warp)
   int eb, qp, kraw, vraw;  // element bytes; q's pitch (16-bit elements); stage rows (bytes)
   int q_rows;              // q rows held in shared memory: the narrow form reads 8 (its N)
+  bool swizzle;            // stage rows unpadded, 16-byte chunks XOR-swizzled by row (below)
   int stage_bytes, loc_stage, q_bytes;
-  int static_bytes;  // static __shared__ of the kernel (fp8: load_q_fp16's reduction; the pick)
+  int static_bytes;  // static __shared__ of the kernel (fp8: load_q_fp16's reduction; the pick),
+                     // rounded up to the line the dynamic part starts on
   int ctas, stages;  // resident CTAs per SM (shared memory, fp8 narrow also registers), stages
   bool narrow;       // the form it is built for (wk_narrow): the narrow one or the 16-row one
 };
 
-// Stage rows are padded by 16 bytes, so the rows a warp's ldmatrix or fp8 V reads take at once
-// fall in different banks (tests/cuda/test_decode_config.cc; fp8 head dim 128's four K loads per
-// warp and tile meet 2-way conflicts, docs/PERFORMANCE_GPU.md session 21). Unpadded
-// XOR-swizzled rows (16 bytes a row less, so fp8 head dim 128 held four CTAs with three stages)
-// were built in session 19 and measured 5.6-8.5 % slower on every bf16 decode workload and 1.5 % on
-// fp8 in session 20 (docs/PERFORMANCE_GPU.md), then removed in session 21, when fp8 reached four
-// CTAs with two padded stages instead.
+// Stage rows. The rows a warp's ldmatrix (or fp8 fragment) reads take at once must fall in
+// different banks: either rows padded by 16 bytes (the default), or rows of whole 128-byte lines
+// unpadded with chunk x of row r stored at chunk x ^ (r % 8) (FLASHBACK_WK_SWIZZLE=1, for 16-bit
+// rows that are whole lines and go by cp.async; common/key_rows.cuh takes rows of 512 bytes and
+// up by bulk copy, and fp8 rows keep the pad: their K reads take 16-byte pieces of two rows per
+// phase). common/paged.cuh's copy_keys_warp writes them, warp_keys.cuh's wk::row_at reads them.
+//
+// What the H200 showed (docs/PERFORMANCE_GPU.md, session 23): a copy whose 128-byte runs cross
+// shared-memory lines makes the SM read more L2 sectors than it needs. decode_b64_L8k with padded
+// rows reads 100.7 M L2 sectors for 67.1 M of K/V (2.29 per request, 33.6 % L2 hits on data read
+// once, the L2 93.9 % busy). A copy-only probe of its reads (tools/probes/kv_pattern.cu, with the
+// kernel's ldmatrix reads) ran 4.14 TB/s into padded rows and 4.48 into swizzled ones, 4.00
+// sectors per request. But the kernel's stages began 16 bytes into a line (static __shared__
+// first, then the dynamic part at 16-byte alignment), so its swizzled rows crossed lines too:
+// 2.67 sectors per request, 50 % hits, 7-11 % slower than padded (session 23; session 19's
+// swizzle, 5.6-8.5 % slower in session 20, had the same offset). The stages now start on a line
+// (__align__(128), SASS: dynamic base 0x480); the swizzled rows on that base are built and
+// host-tested, not yet timed, so padded rows stay the default until an A/B says otherwise.
+#ifndef FLASHBACK_WK_SWIZZLE
+#define FLASHBACK_WK_SWIZZLE 0
+#endif
+constexpr bool wk_swizzled(int d, int dv, bool fp8, bool enabled) {
+  const int kb = d * 2, vb = dv * 2;
+  return enabled && !fp8 && kb % 128 == 0 && vb % 128 == 0 && !(kb >= 512 && vb >= 512);
+}
 
 /// Warps per CTA of the warps-split-keys kernel (the one instance built). The layout takes the
 /// count as a parameter; 2-warp CTAs (32-key tiles, four resident per SM) were built and run in
@@ -124,7 +144,8 @@ constexpr int wk_reg_ctas(int warps, bool narrow, int dv) {
 }
 
 /// The layout for the narrow (`narrow`, wk_narrow) or the 16-row form of the kernel.
-constexpr WkLayout wk_layout(int d, int dv, bool fp8, bool narrow, int warps = kWkWarps) {
+constexpr WkLayout wk_layout(int d, int dv, bool fp8, bool narrow, int warps = kWkWarps,
+                             bool swizzle = FLASHBACK_WK_SWIZZLE) {
   WkLayout l{};
   l.narrow = narrow;
   l.dv = dv;
@@ -132,14 +153,17 @@ constexpr WkLayout wk_layout(int d, int dv, bool fp8, bool narrow, int warps = k
   l.n = warps * WkLayout::KW;
   l.eb = fp8 ? 1 : 2;
   l.qp = d + 8;
-  l.kraw = d * l.eb + 16;  // padded rows (above)
-  l.vraw = dv * l.eb + 16;
+  l.swizzle = wk_swizzled(d, dv, fp8, swizzle);  // else padded rows (above)
+  l.kraw = d * l.eb + (l.swizzle ? 0 : 16);
+  l.vraw = dv * l.eb + (l.swizzle ? 0 : 16);
   l.stage_bytes = l.n * (l.kraw + l.vraw);
   l.loc_stage = l.n * 16;  // a tile's key offsets (KeyBytes per key)
   l.q_rows = narrow ? 8 : WkLayout::ROWS;
   l.q_bytes = l.q_rows * l.qp * 2;
   // fp8 K and V fragments are built in registers from the raw stage bytes: no widened copy.
-  l.static_bytes = (fp8 ? 32 * 4 : 0) + 16;  // and entry.cuh's longest-first pick
+  // Static shared memory (and entry.cuh's longest-first pick) comes first; the dynamic part
+  // (the stages) starts at the next 128-byte line (warp_keys.cuh's __align__(128)).
+  l.static_bytes = ((fp8 ? 32 * 4 : 0) + 4 + 127) / 128 * 128;
   const auto stages_at = [&l](int ctas) {
     const int n =
         (decode_smem_per_cta(ctas) - l.q_bytes - l.static_bytes) / (l.stage_bytes + l.loc_stage);
@@ -239,6 +263,7 @@ struct DecodeWkConfig {
   static constexpr int ROWS = WkLayout::ROWS, Q_ROWS = L.q_rows;
   static constexpr int EB = L.eb;
   static constexpr int QP = L.qp, KRAW = L.kraw, VRAW = L.vraw;
+  static constexpr bool SWIZZLE = L.swizzle;
   static constexpr int STAGE_BYTES = L.stage_bytes, Q_BYTES = L.q_bytes;
   static constexpr int CTAS = L.ctas, STAGES = L.stages;
   static constexpr int LOC_BYTES = STAGES * L.loc_stage;

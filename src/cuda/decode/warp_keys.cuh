@@ -37,6 +37,14 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* ptr)
                : "r"(smem_addr(ptr)));
 }
 
+// Byte b of stage row `row` (rows of PITCH bytes, Cfg::KRAW or Cfg::VRAW, counted from the warp's
+// first key, a multiple of 8): padded rows, or (Cfg::SWIZZLE) unpadded ones whose 16-byte chunk
+// x sits at chunk x ^ (row % 8) of its line, as copy_keys_warp laid them (config.h says why).
+template <typename Cfg, int PITCH>
+__device__ __forceinline__ int row_at(int row, int b) {
+  return row * PITCH + (Cfg::SWIZZLE ? b ^ ((row & 7) << 4) : b);
+}
+
 // FP8 caches run the tensor cores in fp16 whatever q's type: every e4m3 / e5m2 value is an
 // fp16 value, one cvt widens two of them (to bf16 it takes four instructions), and q is
 // brought into fp16's range by a power-of-two scale (exact; folded back into the logits).
@@ -201,7 +209,11 @@ using Pipeline = std::conditional_t<
     KeyRowPipeline<Cfg::N, Cfg::D * Cfg::EB, Cfg::DV * Cfg::EB, Cfg::KRAW, Cfg::VRAW, Cfg::STAGES,
                    Cfg::STAGE_BYTES, Cfg::EB, Cfg::KW>,
     KvPipeline<Cfg::N, Cfg::D * Cfg::EB / 16, Cfg::DV * Cfg::EB / 16, Cfg::KRAW, Cfg::VRAW,
-               Cfg::THREADS, Cfg::STAGES, Cfg::STAGE_BYTES, Cfg::EB, Cfg::KW>>;
+               Cfg::THREADS, Cfg::STAGES, Cfg::STAGE_BYTES, Cfg::EB, Cfg::KW, Cfg::SWIZZLE>>;
+// Bulk copies write whole rows (no swizzle), and the fp8 reads below index padded rows.
+template <typename Cfg>
+inline constexpr bool kLayoutFitsItsReads =
+    !Cfg::SWIZZLE || (!Cfg::FP8 && !use_key_rows(Cfg::D * Cfg::EB, Cfg::DV* Cfg::EB));
 
 }  // namespace wk
 
@@ -220,12 +232,17 @@ __global__ void __launch_bounds__(Cfg::THREADS, wk_form_ctas(Cfg::L))
   constexpr int QP = Cfg::QP, KRAW = Cfg::KRAW, VRAW = Cfg::VRAW;
   constexpr bool FP8 = Cfg::FP8;
   static_assert(FP8 == (KV != KvKind::kSame), "config and KV kind disagree");
+  static_assert(wk::kLayoutFitsItsReads<Cfg>, "swizzled rows: 16-bit rows by cp.async only");
   // S elements per lane (NT n8 tiles of 4; narrow: one 16 x 8 tile) and O accumulator tiles.
   constexpr int NT = NARROW ? 1 : 2, OT = NARROW ? DV / 16 : DV / 8;
 
   // The 16-bit type of the tensor-core operands: q's, or fp16 for fp8 caches (see above).
   using C = std::conditional_t<FP8, __half, T>;
-  extern __shared__ __align__(16) unsigned char smem[];
+  // The stages start on a 128-byte line: the static __shared__ variables come first, and with
+  // 16-byte alignment the dynamic part began 16 bytes into a line (SASS: 0x400 + 0x10), so every
+  // 128-byte run a copy writes straddled two lines and the SM read 1.5-2x the L2 sectors it needed
+  // (docs/PERFORMANCE_GPU.md, session 23).
+  extern __shared__ __align__(128) unsigned char smem[];
   unsigned char* sStage = smem;
   C* sQ = reinterpret_cast<C*>(smem + STAGES * Cfg::STAGE_BYTES);
   KeyBytes* sLoc = reinterpret_cast<KeyBytes*>(smem + STAGES * Cfg::STAGE_BYTES + Cfg::Q_BYTES);
@@ -341,7 +358,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, wk_form_ctas(Cfg::L))
         const int kh = NARROW ? lane >> 4 : (lane >> 3) & 1;
 #pragma unroll
         for (int ks = 0; ks < D / 16; ++ks) {
-          const unsigned char* kaddr = Kw + (kr * KRAW + (ks * 16 + kh * 8) * 2);
+          const unsigned char* kaddr = Kw + wk::row_at<Cfg, KRAW>(kr, (ks * 16 + kh * 8) * 2);
           if constexpr (NARROW) {
             uint32_t a[4];
             ldmatrix_x4(a, kaddr);
@@ -429,8 +446,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, wk_form_ctas(Cfg::L))
 #pragma unroll
           for (int u = 0; u < DV / 16; ++u) {
             uint32_t a[4];  // V^T: keys (lane & 7) + 8 (lane >> 4), columns + 8 ((lane >> 3) & 1)
-            wk::ldsm_x4_trans(a, vrows + (((lane & 7) + (lane >> 4) * 8) * VRAW +
-                                          (u * 16 + ((lane >> 3) & 1) * 8) * 2));
+            wk::ldsm_x4_trans(a,
+                              vrows + wk::row_at<Cfg, VRAW>((lane & 7) + (lane >> 4) * 8,
+                                                            (u * 16 + ((lane >> 3) & 1) * 8) * 2));
             mma16816<T>(acc[u], a, b0, b1);
           }
         }
@@ -448,7 +466,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, wk_form_ctas(Cfg::L))
 #pragma unroll
           for (int dp = 0; dp < DV / 16; ++dp) {
             uint32_t bv[4];
-            wk::ldsm_x4_trans(bv, vrows + ((lane & 15) * VRAW + (dp * 16 + (lane >> 4) * 8) * 2));
+            wk::ldsm_x4_trans(
+                bv, vrows + wk::row_at<Cfg, VRAW>(lane & 15, (dp * 16 + (lane >> 4) * 8) * 2));
             mma16816<T>(acc[2 * dp], a, bv[0], bv[1]);
             mma16816<T>(acc[2 * dp + 1], a, bv[2], bv[3]);
           }
