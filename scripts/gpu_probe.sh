@@ -2,8 +2,8 @@
 # One GPU-machine call: the K/V read-pattern probes (tools/probes/kv_pattern.cu), then the same
 # memory counters (Nsight Compute) on the probes and on decode's kernel in named workloads, so
 # the decode kernel's DRAM traffic and throughput can be set beside a copy-only kernel that reads
-# the same bytes the same way. Optional TESTS / RACE / MEM as in gpu_ab.sh; NOPROBE=1 skips the
-# probes. Logs under $OUT.
+# the same bytes the same way; NOPROBE=1 skips the probes. Tests and A/B timings: gpu_ab.sh, in
+# the same call after this. Logs under $OUT.
 #   build (here):  nvcc -O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a \
 #                    tools/probes/kv_pattern.cu -o build/gpupkg/kvp
 #                  bash scripts/gpu_final.sh stage BUILD_DIR     (-> build/gpupkg/pkg.tar.xz)
@@ -40,18 +40,6 @@ for bin in "${BINS[@]}"; do
     echo "ncu $tag $w rc=$?"
   done
 done
-step() {  # name, timeout, command...
-  local name=$1 to=$2; shift 2; local t0=$SECONDS
-  timeout "$to" "$@" > "$L/$name.log" 2>&1; local rc=$?
-  printf '%-26s rc=%-3s %4ss %s\n' "$name" "$rc" $((SECONDS - t0)) \
-    "$(grep -E '^\[  (PASSED|FAILED)  \]|ERROR SUMMARY' "$L/$name.log" | tr '\n' ' ')"
-  grep -E '^\[  FAILED  \]' "$L/$name.log" | head -8
-}
-for t in ${TESTS:-}; do step "$t" 240 "$B/$t"; done
-[[ -n ${RACE:-} ]] && step racecheck 150 compute-sanitizer --tool racecheck --error-exitcode 9 \
-  "$B/cuda_test_decode" --gtest_filter="$RACE"
-[[ -n ${MEM:-} ]] && step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
-  "$B/cuda_test_decode" --gtest_filter="$MEM"
 echo "== counters (file, kernel, ms, DRAM GB, DRAM %peak, L2 sectors/request, L2 hit %, warps %)"
 python3 - "$L" <<'EOF'
 import csv, glob, sys, collections
