@@ -32,11 +32,12 @@ for v in sys.argv[2:]:
 EOF
 export LD_LIBRARY_PATH="$PWD/$B/lib:${LD_LIBRARY_PATH:-}"
 step() {  # name, timeout, command...
-  local name=$1 to=$2; shift 2; local t0=$SECONDS
-  timeout "$to" "$@" > "$L/$name.log" 2>&1; local rc=$?
+  # a variant's test (TESTS="var_x/cuda_test_decode") logs as var_x_cuda_test_decode.log
+  local name=$1 to=$2; shift 2; local t0=$SECONDS log="$L/${name//\//_}.log"
+  timeout "$to" "$@" > "$log" 2>&1; local rc=$?
   printf '%-26s rc=%-3s %4ss %s\n' "$name" "$rc" $((SECONDS - t0)) \
-    "$(grep -E '^\[  (PASSED|FAILED)  \]|ERROR SUMMARY' "$L/$name.log" | tr '\n' ' ')"
-  grep -E '^\[  FAILED  \]' "$L/$name.log" | head -8
+    "$(grep -E '^\[  (PASSED|FAILED)  \]|ERROR SUMMARY' "$log" | tr '\n' ' ')"
+  grep -E '^\[  FAILED  \]' "$log" | head -8
 }
 for t in ${TESTS:-cuda_test_decode}; do step "$t" 240 "$B/$t"; done  # decode: ~175 s
 [[ -n ${SMALL:-} ]] && step decode_small_smem 150 env FLASHBACK_DECODE_SMEM_BLOCK=101376 \
