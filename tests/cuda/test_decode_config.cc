@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "cuda/common/row_swizzle.h"
 #include "cuda/decode/config.h"
 
 namespace flashback::cuda {
@@ -243,7 +244,7 @@ bool distinct(const int (&g)[8]) {
 
 // Byte b of stage row `row` as the kernel addresses it (warp_keys.cuh's wk::row_at).
 int row_at(const WkLayout& l, int pitch, int row, int b) {
-  return row * pitch + (l.swizzle ? b ^ ((row & 7) << 4) : b);
+  return row * pitch + stage_row_byte(l.swizzle, row, b);
 }
 
 // Every 8-lane phase of the kernel's ldmatrix reads (8 rows from a multiple of 8, one 16-byte

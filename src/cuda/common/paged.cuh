@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "cuda/common/mma.cuh"
+#include "cuda/common/row_swizzle.h"
 
 namespace flashback::cuda {
 
@@ -134,8 +135,8 @@ constexpr int lanes_per_key(int ck, int cv) {
 /// ten instructions per 16 bytes.) A key past the range (offset < 0) reads nothing: src-size 0
 /// zero-fills its chunks, from the head's base address. SWZ: the stage rows are whole 128-byte
 /// lines without padding, and chunk x of row r lands at chunk x ^ (r % 8) of its line (r counts
-/// from the warp's first key, a multiple of 8), so every copy writes whole lines (decode/config.h,
-/// WkLayout::swizzle, says why).
+/// from the warp's first key, a multiple of 8; common/row_swizzle.h), so every copy writes whole
+/// lines (decode/config.h, WkLayout::swizzle, says why).
 template <int NW, int CK, int CV, int KRAW, int VRAW, bool SWZ = false>
 __device__ __forceinline__ void copy_keys_warp(unsigned char* k_dst, unsigned char* v_dst,
                                                const KeyBytes* at, const unsigned char* kbase,
@@ -155,13 +156,12 @@ __device__ __forceinline__ void copy_keys_warp(unsigned char* k_dst, unsigned ch
     const unsigned char* vs = vbase + (live ? off.y : 0) + c * 16;
     unsigned char* kd = k_dst + key * KRAW;
     unsigned char* vd = v_dst + key * VRAW;
-    const int mask = SWZ ? (key & 7) << 4 : 0;
 #pragma unroll
     for (int i = 0; i < CK / LPK; ++i)
-      cp_async16(kd + (((c + i * LPK) * 16) ^ mask), ks + i * LPK * 16, bytes);
+      cp_async16(kd + stage_row_byte(SWZ, key, (c + i * LPK) * 16), ks + i * LPK * 16, bytes);
 #pragma unroll
     for (int i = 0; i < CV / LPK; ++i)
-      cp_async16(vd + (((c + i * LPK) * 16) ^ mask), vs + i * LPK * 16, bytes);
+      cp_async16(vd + stage_row_byte(SWZ, key, (c + i * LPK) * 16), vs + i * LPK * 16, bytes);
   }
 }
 

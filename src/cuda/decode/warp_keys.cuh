@@ -23,6 +23,7 @@
 #include "cuda/common/log2.cuh"
 #include "cuda/common/mma.cuh"
 #include "cuda/common/paged.cuh"
+#include "cuda/common/row_swizzle.h"
 #include "cuda/decode/config.h"
 #include "cuda/decode/entry.cuh"
 #include "cuda/decode/params.h"
@@ -42,7 +43,7 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* ptr)
 // x sits at chunk x ^ (row % 8) of its line, as copy_keys_warp laid them (config.h says why).
 template <typename Cfg, int PITCH>
 __device__ __forceinline__ int row_at(int row, int b) {
-  return row * PITCH + (Cfg::SWIZZLE ? b ^ ((row & 7) << 4) : b);
+  return row * PITCH + stage_row_byte(Cfg::SWIZZLE, row, b);
 }
 
 // FP8 caches run the tensor cores in fp16 whatever q's type: every e4m3 / e5m2 value is an
