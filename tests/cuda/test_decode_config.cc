@@ -165,9 +165,10 @@ TEST(DecodeConfig, WarpKeysLayoutFitsItsResidency) {
     EXPECT_EQ(l.stages, w.stages) << w.d << " fp8 " << w.fp8;
   }
   // The 16-row form: bf16 as the narrow one; fp8 keeps three stages (three CTAs by its
-  // registers), as it measured faster on verify_b64_q4_L4k than two.
+  // registers), as it measured faster on verify_b64_q4_L4k than two. (With unpadded rows its
+  // shared memory would hold four CTAs with three stages; its registers still hold three.)
   for (const Want& w : std::vector<Want>{{128, 128, false, 2, 3},
-                                         {128, 128, true, 3, 3},
+                                         {128, 128, true, FLASHBACK_WK_SWIZZLE ? 4 : 3, 3},
                                          {256, 256, true, 1, 4},
                                          {64, 64, true, 6, 3}}) {
     const WkLayout l = wk_layout(w.d, w.dv, w.fp8, false);
@@ -218,22 +219,24 @@ TEST(DecodeConfig, WarpKeysLayoutFitsItsResidency) {
           // 16-bit rows of whole 128-byte lines copied by cp.async (not head dim 256's bulk
           // copies) are swizzled and unpadded; the others end 16 bytes past the row (the pad that
           // spreads a read's rows over the banks).
+          // fp8 head dim 128 too (its rows are one line each).
           const int eb = fp8 ? 1 : 2;
-          const bool swizzled = FLASHBACK_WK_SWIZZLE && !fp8 && (d == 64 || d == 128 || d == 192);
-          EXPECT_EQ(l.swizzle, swizzled) << d << " fp8 " << fp8;
-          EXPECT_EQ(l.kraw, d * eb + (swizzled ? 0 : 16));
-          EXPECT_EQ(l.vraw, dv * eb + (swizzled ? 0 : 16));
-          // The merge at the end reuses the stages for the warps' 16 x DV fp32 partials.
-          EXPECT_LE(l.warps * WkLayout::ROWS * dv * 4 + 2 * l.warps * WkLayout::ROWS * 4 +
-                        2 * WkLayout::ROWS * 4,
+          const RowSwizzle want = !FLASHBACK_WK_SWIZZLE                       ? RowSwizzle::kNone
+                                  : !fp8 && (d == 64 || d == 128 || d == 192) ? RowSwizzle::kLdsm
+                                  : fp8 && d == 128                           ? RowSwizzle::kFp8
+                                                                              : RowSwizzle::kNone;
+          EXPECT_EQ(l.swizzle, want) << d << " fp8 " << fp8;
+          const int pad = want == RowSwizzle::kNone ? 16 : 0;
+          EXPECT_EQ(l.kraw, d * eb + pad);
+          EXPECT_EQ(l.vraw, dv * eb + pad);
+          // The merge at the end reuses the stages for the warps' rows x DV fp32 partials (fp8:
+          // rows padded by a float), the narrow form's 8 rows, the 16-row form's 16.
+          const int rows = narrow ? 8 : WkLayout::ROWS, op = fp8 ? dv + 1 : dv;
+          EXPECT_LE(l.warps * rows * op * 4 + 2 * l.warps * rows * 4 + 2 * rows * 4,
                     l.stages * l.stage_bytes)
-              << d;
+              << d << " fp8 " << fp8 << " narrow " << narrow;
         }
 }
-
-// Bank group (16-byte unit of a 128-byte line) of byte b of stage row `row`, rows of `pitch`
-// bytes from a line-aligned base.
-int bank_group(int pitch, int row, int b) { return ((row * pitch + b) / 16) % 8; }
 
 bool distinct(const int (&g)[8]) {
   for (int i = 0; i < 8; ++i)
@@ -249,12 +252,14 @@ int row_at(const WkLayout& l, int pitch, int row, int b) {
 
 // Every 8-lane phase of the kernel's ldmatrix reads (8 rows from a multiple of 8, one 16-byte
 // chunk each) and of its fp8 V reads touches 8 different bank groups of the rows, padded or
-// swizzled.
+// swizzled; so do its fp8 K reads when swizzled.
 TEST(DecodeConfig, StageRowsSpreadTheKernelsReads) {
   for (int d : {64, 80, 96, 128, 192, 256})
     for (bool swizzle : {false, true}) {
       const WkLayout l = wk_layout(d, d == 192 ? 128 : d, false, true, kWkWarps, swizzle);
-      EXPECT_EQ(l.swizzle, swizzle && (d == 64 || d == 128 || d == 192)) << d;
+      EXPECT_EQ(l.swizzle, swizzle && (d == 64 || d == 128 || d == 192) ? RowSwizzle::kLdsm
+                                                                        : RowSwizzle::kNone)
+          << d;
       for (int pitch : {l.kraw, l.vraw})
         for (int r0 : {0, 8})
           for (int c = 0; c < pitch / 16; ++c) {
@@ -264,19 +269,32 @@ TEST(DecodeConfig, StageRowsSpreadTheKernelsReads) {
           }
     }
   // fp8 head dim 128, V (v_fp8_words): lane l = 4 g + c reads chunk g of row 2 c + p + 8 h.
-  // (Its K reads, lane quads taking chunks 4 q..4 q + 3 of rows r and r + 1, meet 2-way
-  // conflicts at this pitch, four 16-byte loads per warp and tile; a 64-byte K pad would spread
-  // them. Not measured.)
-  const WkLayout f8 = wk_layout(128, 128, true, true);
-  for (int q = 0; q < 4; ++q)
-    for (int ph = 0; ph < 4; ++ph) {
-      int g[8];
-      for (int l = 0; l < 8; ++l) {
-        const int lane = 8 * ph + l, grp = lane / 4, c = lane % 4;
-        g[l] = bank_group(f8.vraw, 2 * c + (q & 1) + 8 * (q >> 1), grp * 16);
+  // K (the S step): lane l reads chunk 4 gq + l % 4 of row 8 nt + l / 4, so an 8-lane phase
+  // takes chunks 4 gq..4 gq + 3 of two rows: 2-way conflicts with padded rows (144 bytes), none
+  // swizzled.
+  for (bool swizzle : {false, true}) {
+    const WkLayout f8 = wk_layout(128, 128, true, true, kWkWarps, swizzle);
+    EXPECT_EQ(f8.swizzle, swizzle ? RowSwizzle::kFp8 : RowSwizzle::kNone);
+    for (int q = 0; q < 4; ++q)
+      for (int ph = 0; ph < 4; ++ph) {
+        int g[8];
+        for (int l = 0; l < 8; ++l) {
+          const int lane = 8 * ph + l, grp = lane / 4, c = lane % 4;
+          g[l] = (row_at(f8, f8.vraw, 2 * c + (q & 1) + 8 * (q >> 1), grp * 16) / 16) % 8;
+        }
+        EXPECT_TRUE(distinct(g)) << "V " << swizzle << " " << q << " " << ph;
       }
-      EXPECT_TRUE(distinct(g)) << q << " " << ph;
-    }
+    for (int nt = 0; nt < 2; ++nt)
+      for (int gq = 0; gq < 2; ++gq)
+        for (int ph = 0; ph < 4; ++ph) {
+          int g[8];
+          for (int l = 0; l < 8; ++l) {
+            const int lane = 8 * ph + l;
+            g[l] = (row_at(f8, f8.kraw, 8 * nt + lane / 4, gq * 64 + (lane % 4) * 16) / 16) % 8;
+          }
+          EXPECT_EQ(distinct(g), swizzle) << "K " << nt << " " << gq << " " << ph;
+        }
+  }
 }
 
 // Swizzled rows exist so that every copy writes whole shared-memory lines: the 8 lanes that copy
@@ -284,17 +302,20 @@ TEST(DecodeConfig, StageRowsSpreadTheKernelsReads) {
 // own 16-byte chunk. (Padded rows split each run over two lines; the SM then reads 1.5x the L2
 // sectors: config.h.)
 TEST(DecodeConfig, SwizzledCopiesWriteWholeLines) {
-  for (int d : {64, 128, 192}) {
-    const WkLayout l = wk_layout(d, d == 192 ? 128 : d, false, true, kWkWarps, true);
-    ASSERT_TRUE(l.swizzle) << d;
+  for (int d : {64, 128, 192, 0}) {  // 0: fp8 head dim 128
+    const bool fp8 = d == 0;
+    const WkLayout l = fp8 ? wk_layout(128, 128, true, true, kWkWarps, true)
+                           : wk_layout(d, d == 192 ? 128 : d, false, true, kWkWarps, true);
+    ASSERT_NE(l.swizzle, RowSwizzle::kNone) << d;
     for (int pitch : {l.kraw, l.vraw})
       for (int key = 0; key < WkLayout::KW; ++key)
         for (int run = 0; run < pitch / 128; ++run) {
           int g[8];
           const int line = row_at(l, pitch, key, run * 128) / 128;
           for (int c = 0; c < 8; ++c) {
-            const int at = key * pitch + (((c + 8 * run) * 16) ^ ((key & 7) << 4));  // the copy's
-            EXPECT_EQ(at, row_at(l, pitch, key, (c + 8 * run) * 16));                // = the reads'
+            const int mask = fp8 ? (key & 6) ^ ((key & 1) << 2) : key & 7;
+            const int at = key * pitch + (((c + 8 * run) * 16) ^ (mask << 4));  // the copy's
+            EXPECT_EQ(at, row_at(l, pitch, key, (c + 8 * run) * 16));           // = the reads'
             EXPECT_EQ(at / 128, line) << d << " key " << key << " run " << run;
             g[c] = (at / 16) % 8;
           }

@@ -133,17 +133,17 @@ constexpr int lanes_per_key(int ck, int cv) {
 /// that key's chunks at constant offsets from two addresses. (The first form spread one key over
 /// all 32 lanes per instruction: one shared load, a 64-bit add and a predicate per chunk, about
 /// ten instructions per 16 bytes.) A key past the range (offset < 0) reads nothing: src-size 0
-/// zero-fills its chunks, from the head's base address. SWZ: the stage rows are whole 128-byte
-/// lines without padding, and chunk x of row r lands at chunk x ^ (r % 8) of its line (r counts
-/// from the warp's first key, a multiple of 8; common/row_swizzle.h), so every copy writes whole
-/// lines (decode/config.h, WkLayout::swizzle, says why).
-template <int NW, int CK, int CV, int KRAW, int VRAW, bool SWZ = false>
+/// zero-fills its chunks, from the head's base address. SWZ other than kNone: the stage rows are
+/// whole 128-byte lines without padding, and chunk x of row r lands at chunk x ^ mask(r) of its
+/// line (r counts from the warp's first key, a multiple of 8; common/row_swizzle.h), so every
+/// copy writes whole lines (decode/config.h, WkLayout::swizzle, says why).
+template <int NW, int CK, int CV, int KRAW, int VRAW, RowSwizzle SWZ = RowSwizzle::kNone>
 __device__ __forceinline__ void copy_keys_warp(unsigned char* k_dst, unsigned char* v_dst,
                                                const KeyBytes* at, const unsigned char* kbase,
                                                const unsigned char* vbase, int lane) {
   constexpr int LPK = lanes_per_key(CK, CV), KPI = 32 / LPK;  // lanes per key, keys per copy
   static_assert(NW % KPI == 0, "whole rounds of keys per lane");
-  static_assert(!SWZ || (NW % 8 == 0 && KRAW % 128 == 0 && VRAW % 128 == 0),
+  static_assert(SWZ == RowSwizzle::kNone || (NW % 8 == 0 && KRAW % 128 == 0 && VRAW % 128 == 0),
                 "swizzled rows are whole 128-byte lines, 8 rows per mask period");
   const int c = lane % LPK;
 #pragma unroll
@@ -180,11 +180,12 @@ __device__ __forceinline__ void copy_keys_warp(unsigned char* k_dst, unsigned ch
 /// The cache strides are read from the kernel's params `p` (any struct with k_sp, k_so, v_sp,
 /// v_so) where they are used, not kept in registers: the prefill kernel runs at 255.
 template <int N, int CK, int CV, int KRAW, int VRAW, int THREADS, int STAGES, int STAGE_BYTES,
-          int EB, int NW = 0, bool SWZ = false>
+          int EB, int NW = 0, RowSwizzle SWZ = RowSwizzle::kNone>
 struct KvPipeline {
   static_assert(NW == 0 || (NW <= 32 && THREADS / 32 * NW == N),
                 "per-warp ownership: every warp owns NW <= 32 keys of the tile");
-  static_assert(NW > 0 || !SWZ, "swizzled rows: per-warp copies only (copy_keys_warp)");
+  static_assert(NW > 0 || SWZ == RowSwizzle::kNone,
+                "swizzled rows: per-warp copies only (copy_keys_warp)");
   PageWalk walk;
   KeyBytes* loc = nullptr;                                 // [STAGES][N], shared
   unsigned char* stages = nullptr;                         // [STAGES][STAGE_BYTES], shared

@@ -2,6 +2,8 @@
 // tiles). Every shared-memory and register figure is derived here so the kernel stays generic.
 #pragma once
 
+#include "cuda/common/row_swizzle.h"
+
 namespace flashback::cuda {
 
 // Shared memory a CTA may take when `ctas` of them are resident on an SM (the SM has 228 KB, the
@@ -86,7 +88,7 @@ struct WkLayout {
   int warps, n;                             // warps per CTA; keys per tile (KW per warp)
   int eb, qp, kraw, vraw;  // element bytes; q's pitch (16-bit elements); stage rows (bytes)
   int q_rows;              // q rows held in shared memory: the narrow form reads 8 (its N)
-  bool swizzle;            // stage rows unpadded, 16-byte chunks XOR-swizzled by row (below)
+  RowSwizzle swizzle;      // kNone: padded stage rows; else unpadded, chunks XOR-swizzled (below)
   int stage_bytes, loc_stage, q_bytes;
   int static_bytes;  // static __shared__ of the kernel (fp8: load_q_fp16's reduction; the pick),
                      // rounded up to the line the dynamic part starts on
@@ -96,28 +98,34 @@ struct WkLayout {
 
 // Stage rows. The rows a warp's ldmatrix (or fp8 fragment) reads take at once must fall in
 // different banks: either rows padded by 16 bytes (the default), or rows of whole 128-byte lines
-// unpadded with chunk x of row r stored at chunk x ^ (r % 8) (FLASHBACK_WK_SWIZZLE=1, for 16-bit
-// rows that are whole lines and go by cp.async; common/key_rows.cuh takes rows of 512 bytes and
-// up by bulk copy, and fp8 rows keep the pad: their K reads take 16-byte pieces of two rows per
-// phase). common/paged.cuh's copy_keys_warp writes them, warp_keys.cuh's wk::row_at reads them.
+// unpadded with chunk x of row r stored at chunk x ^ mask(r) (FLASHBACK_WK_SWIZZLE=1;
+// common/row_swizzle.h: kLdsm, r % 8, for 16-bit rows that are whole lines and go by cp.async
+// (common/key_rows.cuh takes rows of 512 bytes and up by bulk copy); kFp8 for fp8 head dim 128,
+// whose rows are one line each; fp8 rows of 64 or 256 bytes keep the pad: V's reads there take
+// chunks 2 g + h that no 8-row mask spreads). common/paged.cuh's copy_keys_warp writes them,
+// warp_keys.cuh's wk::row_at reads them.
 //
 // What the H200 showed (docs/PERFORMANCE_GPU.md, session 23): a copy whose 128-byte runs cross
 // shared-memory lines makes the SM read more L2 sectors than it needs. decode_b64_L8k with padded
 // rows reads 100.7 M L2 sectors for 67.1 M of K/V (2.29 per request, 33.6 % L2 hits on data read
-// once, the L2 93.9 % busy). A copy-only probe of its reads (tools/probes/kv_pattern.cu, with the
-// kernel's ldmatrix reads) ran 4.14 TB/s into padded rows and 4.48 into swizzled ones, 4.00
-// sectors per request. But the kernel's stages began 16 bytes into a line (static __shared__
-// first, then the dynamic part at 16-byte alignment), so its swizzled rows crossed lines too:
-// 2.67 sectors per request, 50 % hits, 7-11 % slower than padded (session 23; session 19's
-// swizzle, 5.6-8.5 % slower in session 20, had the same offset). The stages now start on a line
-// (__align__(128), SASS: dynamic base 0x480); the swizzled rows on that base are built and
-// host-tested, not yet timed, so padded rows stay the default until an A/B says otherwise.
+// once, the L2 93.9 % busy; fp8 the same ratio). A copy-only probe of its reads
+// (tools/probes/kv_pattern.cu, with the kernel's ldmatrix reads) ran 4.14 TB/s into padded rows
+// and 4.48 into swizzled ones, 4.00 sectors per request. But the kernel's stages began 16 bytes
+// into a line (static __shared__ first, then the dynamic part at 16-byte alignment), so its
+// swizzled rows crossed lines too: 2.67 sectors per request, 50 % hits, 7-11 % slower than
+// padded (session 23; session 19's swizzle, 5.6-8.5 % slower in session 20, had the same
+// offset). The stages now start on a line (__align__(128), SASS: dynamic base 0x480); the
+// swizzled rows on that base are built and host-tested, not yet timed, so padded rows stay the
+// default until an A/B says otherwise.
 #ifndef FLASHBACK_WK_SWIZZLE
 #define FLASHBACK_WK_SWIZZLE 0
 #endif
-constexpr bool wk_swizzled(int d, int dv, bool fp8, bool enabled) {
+constexpr RowSwizzle wk_swizzled(int d, int dv, bool fp8, bool enabled) {
+  if (!enabled) return RowSwizzle::kNone;
+  if (fp8) return d == 128 && dv == 128 ? RowSwizzle::kFp8 : RowSwizzle::kNone;
   const int kb = d * 2, vb = dv * 2;
-  return enabled && !fp8 && kb % 128 == 0 && vb % 128 == 0 && !(kb >= 512 && vb >= 512);
+  return kb % 128 == 0 && vb % 128 == 0 && !(kb >= 512 && vb >= 512) ? RowSwizzle::kLdsm
+                                                                     : RowSwizzle::kNone;
 }
 
 /// Warps per CTA of the warps-split-keys kernel (the one instance built). The layout takes the
@@ -154,8 +162,9 @@ constexpr WkLayout wk_layout(int d, int dv, bool fp8, bool narrow, int warps = k
   l.eb = fp8 ? 1 : 2;
   l.qp = d + 8;
   l.swizzle = wk_swizzled(d, dv, fp8, swizzle);  // else padded rows (above)
-  l.kraw = d * l.eb + (l.swizzle ? 0 : 16);
-  l.vraw = dv * l.eb + (l.swizzle ? 0 : 16);
+  const int pad = l.swizzle == RowSwizzle::kNone ? 16 : 0;
+  l.kraw = d * l.eb + pad;
+  l.vraw = dv * l.eb + pad;
   l.stage_bytes = l.n * (l.kraw + l.vraw);
   l.loc_stage = l.n * 16;  // a tile's key offsets (KeyBytes per key)
   l.q_rows = narrow ? 8 : WkLayout::ROWS;
@@ -263,18 +272,20 @@ struct DecodeWkConfig {
   static constexpr int ROWS = WkLayout::ROWS, Q_ROWS = L.q_rows;
   static constexpr int EB = L.eb;
   static constexpr int QP = L.qp, KRAW = L.kraw, VRAW = L.vraw;
-  static constexpr bool SWIZZLE = L.swizzle;
+  static constexpr RowSwizzle SWIZZLE = L.swizzle;
   static constexpr int STAGE_BYTES = L.stage_bytes, Q_BYTES = L.q_bytes;
   static constexpr int CTAS = L.ctas, STAGES = L.stages;
   static constexpr int LOC_BYTES = STAGES * L.loc_stage;
   static constexpr int BASE_BYTES = Q_BYTES + LOC_BYTES;
   static constexpr int SMEM_BYTES = BASE_BYTES + STAGES * STAGE_BYTES;
-  // The cross-warp merge at the end reuses the stages: per warp 16 x DV fp32 partials plus the
-  // row maxima and sums, then the merged row statistics.
+  // The cross-warp merge at the end reuses the stages: per warp MROWS x DV fp32 partials plus the
+  // row maxima and sums, then the merged row statistics; MROWS: the rows the form holds (narrow:
+  // its N = 8, so fp8 head dim 128's two unpadded 16 KB stages hold it).
   // fp8: rows padded by one float, so the permuted columns' scalar stores spread over the banks
   // (4-way instead of one bank for all 32 lanes).
+  static constexpr int MROWS = NARROW ? 8 : ROWS;
   static constexpr int OP = FP8 ? DV + 1 : DV;
-  static constexpr int MERGE_BYTES = WARPS * ROWS * OP * 4 + 2 * WARPS * ROWS * 4 + 2 * ROWS * 4;
+  static constexpr int MERGE_BYTES = WARPS * MROWS * OP * 4 + 2 * WARPS * MROWS * 4 + 2 * MROWS * 4;
 
   static_assert(D % 16 == 0 && DV % 16 == 0 && DV <= 256, "head dims");
   static_assert(!FP8 || (D % 64 == 0 && DV % 64 == 0),

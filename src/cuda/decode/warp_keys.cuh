@@ -40,7 +40,8 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* ptr)
 
 // Byte b of stage row `row` (rows of PITCH bytes, Cfg::KRAW or Cfg::VRAW, counted from the warp's
 // first key, a multiple of 8): padded rows, or (Cfg::SWIZZLE) unpadded ones whose 16-byte chunk
-// x sits at chunk x ^ (row % 8) of its line, as copy_keys_warp laid them (config.h says why).
+// x sits at chunk x ^ mask(row) of its line (common/row_swizzle.h), as copy_keys_warp laid them
+// (config.h says why).
 template <typename Cfg, int PITCH>
 __device__ __forceinline__ int row_at(int row, int b) {
   return row * PITCH + stage_row_byte(Cfg::SWIZZLE, row, b);
@@ -122,7 +123,9 @@ __device__ __forceinline__ void v_fp8_words(uint32_t (&x)[4][W], const unsigned 
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
     const int key = 2 * c + (q & 1) + 8 * (q >> 1);
-    const auto at = [&](int w) { return vrows + (key * Cfg::VRAW + g * (Cfg::DV / 8) + 4 * w); };
+    const auto at = [&](int w) {
+      return vrows + row_at<Cfg, Cfg::VRAW>(key, g * (Cfg::DV / 8) + 4 * w);
+    };
     if constexpr (W % 4 == 0) {
 #pragma unroll
       for (int w = 0; w < W; w += 4) {
@@ -211,10 +214,13 @@ using Pipeline = std::conditional_t<
                    Cfg::STAGE_BYTES, Cfg::EB, Cfg::KW>,
     KvPipeline<Cfg::N, Cfg::D * Cfg::EB / 16, Cfg::DV * Cfg::EB / 16, Cfg::KRAW, Cfg::VRAW,
                Cfg::THREADS, Cfg::STAGES, Cfg::STAGE_BYTES, Cfg::EB, Cfg::KW, Cfg::SWIZZLE>>;
-// Bulk copies write whole rows (no swizzle), and the fp8 reads below index padded rows.
+// Bulk copies write whole rows (no swizzle); the 16-bit reads are ldmatrix's (kLdsm), the fp8
+// ones lane quads' 16-byte pieces (kFp8).
 template <typename Cfg>
-inline constexpr bool kLayoutFitsItsReads =
-    !Cfg::SWIZZLE || (!Cfg::FP8 && !use_key_rows(Cfg::D * Cfg::EB, Cfg::DV* Cfg::EB));
+inline constexpr bool kLayoutFitsItsReads = Cfg::SWIZZLE == RowSwizzle::kNone ||
+                                            (Cfg::SWIZZLE == (Cfg::FP8 ? RowSwizzle::kFp8
+                                                                       : RowSwizzle::kLdsm) &&
+                                             !use_key_rows(Cfg::D * Cfg::EB, Cfg::DV* Cfg::EB));
 
 }  // namespace wk
 
@@ -233,7 +239,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, wk_form_ctas(Cfg::L))
   constexpr int QP = Cfg::QP, KRAW = Cfg::KRAW, VRAW = Cfg::VRAW;
   constexpr bool FP8 = Cfg::FP8;
   static_assert(FP8 == (KV != KvKind::kSame), "config and KV kind disagree");
-  static_assert(wk::kLayoutFitsItsReads<Cfg>, "swizzled rows: 16-bit rows by cp.async only");
+  static_assert(wk::kLayoutFitsItsReads<Cfg>, "swizzled rows: cp.async rows, the reads' rule");
   // S elements per lane (NT n8 tiles of 4; narrow: one 16 x 8 tile) and O accumulator tiles.
   constexpr int NT = NARROW ? 1 : 2, OT = NARROW ? DV / 16 : DV / 8;
 
@@ -326,7 +332,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, wk_form_ctas(Cfg::L))
           for (int gq = 0; gq < D / 64; ++gq)
             kr[nt][gq] = *reinterpret_cast<const uint4*>(
                 stage + warp * KW * KRAW +
-                ((nt * 8 + (lane >> 2)) * KRAW + gq * 64 + (lane & 3) * 16));
+                wk::row_at<Cfg, KRAW>(nt * 8 + (lane >> 2), gq * 64 + (lane & 3) * 16));
 #pragma unroll
         for (int ks = 0; ks < D / 16; ++ks) {
           uint32_t w[2];
@@ -482,34 +488,32 @@ __global__ void __launch_bounds__(Cfg::THREADS, wk_form_ctas(Cfg::L))
 
   // Merge the four warps' states: row max M, sum L = sum_w l_w 2^(m_w - M), O = sum_w O_w 2^(m_w -
   // M).
-  constexpr int OP = Cfg::OP;                    // sO's row pitch (floats)
-  float* sO = reinterpret_cast<float*>(sStage);  // [WARPS][ROWS][OP]
-  float* sM = sO + WARPS * ROWS * OP;            // [WARPS][ROWS]
-  float* sLw = sM + WARPS * ROWS;                // [WARPS][ROWS]
-  float* sMt = sLw + WARPS * ROWS;               // [ROWS] merged max
-  float* sLt = sMt + ROWS;                       // [ROWS] merged sum
+  // MROWS: the rows this form holds (narrow: 8, its N; every CTA's rows fit them, wk_narrow).
+  constexpr int OP = Cfg::OP, MROWS = Cfg::MROWS;  // sO's row pitch (floats), its rows
+  float* sO = reinterpret_cast<float*>(sStage);    // [WARPS][MROWS][OP]
+  float* sM = sO + WARPS * MROWS * OP;             // [WARPS][MROWS]
+  float* sLw = sM + WARPS * MROWS;                 // [WARPS][MROWS]
+  float* sMt = sLw + WARPS * MROWS;                // [MROWS] merged max
+  float* sLt = sMt + MROWS;                        // [MROWS] merged sum
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
 #pragma unroll
     for (int o = NARROW ? 4 : 1; o < (NARROW ? 32 : 4); o <<= 1)
       l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], o);
     if ((NARROW ? lane >> 2 : lane & 3) == 0) {
-      sM[warp * ROWS + row_of(i)] = m_run[i];
-      sLw[warp * ROWS + row_of(i)] = l_run[i];
+      sM[warp * MROWS + row_of(i)] = m_run[i];
+      sLw[warp * MROWS + row_of(i)] = l_run[i];
     }
   }
-  if constexpr (NARROW) {  // rows 8-15 hold nothing; the merge below reads only real rows
-    if (lane < 8) sM[warp * ROWS + 8 + lane] = -INFINITY, sLw[warp * ROWS + 8 + lane] = 0.f;
-  }
   __syncthreads();
-  if (tid < ROWS) {
+  if (tid < MROWS) {
     float M = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < WARPS; ++w) M = fmaxf(M, sM[w * ROWS + tid]);
+    for (int w = 0; w < WARPS; ++w) M = fmaxf(M, sM[w * MROWS + tid]);
     float L = 0.f;
     if (M != -INFINITY)
 #pragma unroll
-      for (int w = 0; w < WARPS; ++w) L += sLw[w * ROWS + tid] * exp2f(sM[w * ROWS + tid] - M);
+      for (int w = 0; w < WARPS; ++w) L += sLw[w * MROWS + tid] * exp2f(sM[w * MROWS + tid] - M);
     sMt[tid] = M;
     sLt[tid] = L;
   }
@@ -518,9 +522,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, wk_form_ctas(Cfg::L))
     const int r = row_of(i);
     float M = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < WARPS; ++w) M = fmaxf(M, sM[w * ROWS + r]);
+    for (int w = 0; w < WARPS; ++w) M = fmaxf(M, sM[w * MROWS + r]);
     const float f = m_run[i] == -INFINITY ? 0.f : exp2f(m_run[i] - M);
-    float* o = sO + (warp * ROWS + r) * OP;
+    float* o = sO + (warp * MROWS + r) * OP;
 #pragma unroll
     for (int u = 0; u < OT; ++u) {
       if constexpr (NARROW) {
@@ -545,13 +549,13 @@ __global__ void __launch_bounds__(Cfg::THREADS, wk_form_ctas(Cfg::L))
   __syncthreads();
 
   // Normalise (with the value descale) and write the output, or this split's partial state.
-  const int rows_here = min(ROWS, e.rows_total - e.row0);
+  const int rows_here = min(MROWS, e.rows_total - e.row0);
   for (int idx = tid; idx < rows_here * (DV / 2); idx += THREADS) {
     const int r = idx / (DV / 2), c = 2 * (idx % (DV / 2));
     float2 sum = make_float2(0.f, 0.f);
 #pragma unroll
     for (int w = 0; w < WARPS; ++w) {
-      const float* src = sO + (w * ROWS + r) * OP + c;
+      const float* src = sO + (w * MROWS + r) * OP + c;
       float2 x;
       if constexpr (OP % 2 == 0)
         x = *reinterpret_cast<const float2*>(src);
