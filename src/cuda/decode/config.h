@@ -114,11 +114,17 @@ struct WkLayout {
 // into a line (static __shared__ first, then the dynamic part at 16-byte alignment), so its
 // swizzled rows crossed lines too: 2.67 sectors per request, 50 % hits, 7-11 % slower than
 // padded (session 23; session 19's swizzle, 5.6-8.5 % slower in session 20, had the same
-// offset). The stages now start on a line (__align__(128), SASS: dynamic base 0x480); the
-// swizzled rows on that base are built and host-tested, not yet timed, so padded rows stay the
-// default until an A/B says otherwise.
+// offset). The stages now start on a line (__align__(128), SASS: dynamic base 0x480), and there
+// the swizzled rows read 3.99 sectors per request with no L2 hits and run 5.7-6.7 % faster than
+// padded ones on every bf16 head-dim-128 workload, 4.2 % on fp8 (session 24: decode_b64_L8k
+// 0.4958 against 0.5312 ms, 4.33 TB/s; decode_fp8_b64_L8k 0.2925 against 0.3052), so they are
+// the default; FLASHBACK_WK_SWIZZLE=0 builds the padded rows for A/B runs.
 #ifndef FLASHBACK_WK_SWIZZLE
-#define FLASHBACK_WK_SWIZZLE 0
+#define FLASHBACK_WK_SWIZZLE 1
+#endif
+// Stages of the fp8 narrow form at the CTAs its registers hold (wk_layout, below), at most.
+#ifndef FLASHBACK_WK_FP8_STAGES
+#define FLASHBACK_WK_FP8_STAGES 2
 #endif
 constexpr RowSwizzle wk_swizzled(int d, int dv, bool fp8, bool enabled) {
   if (!enabled) return RowSwizzle::kNone;
@@ -203,7 +209,7 @@ constexpr WkLayout wk_layout(int d, int dv, bool fp8, bool narrow, int warps = k
   for (int c = 8; c > 1; --c) {
     if (fp8 && narrow && c <= wk_reg_ctas(warps, true, dv) && stages_at(c) >= 2) {
       l.ctas = c;
-      l.stages = 2;
+      l.stages = stages_at(c) < FLASHBACK_WK_FP8_STAGES ? stages_at(c) : FLASHBACK_WK_FP8_STAGES;
       break;
     }
     if (stages_at(c) >= 3) {
