@@ -4,7 +4,8 @@
 # round in one process tree so both see the same GPU, clocks and neighbours (cross-call variance
 # on the H200 pool is 1-3 %, same-call A/B well under that). Short table last; logs under $OUT.
 #   stage (build machine): bash scripts/gpu_final.sh stage BUILD_DIR        -> build/gpupkg/pkg.tar.xz
-#                          tar cJf build/gpupkg/base.tar.xz -C DIR flashback (the baseline binary)
+#                          tar cJf build/gpupkg/base.tar.xz -C DIR flashback (the baseline binary;
+#                          without it, no base column)
 #   run (GPU machine):     W=a,b,c R=3 TESTS="cuda_test_decode" RACE='CudaDecode.Variants' \
 #                          bash scripts/gpu_ab.sh                       (carry ["build/gpupkg"])
 #   PAIRS=1 also runs cuda_test_prefill with two query blocks per CTA forced; PERSIST=1 with the
@@ -23,7 +24,8 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out-gpu}; L="$OUT/logs"; mkdir -p "$L"
 B=build/gpustage; rm -rf "$B"; mkdir -p "$B"
 VARS=(); for f in build/gpupkg/var_*.tar.xz; do [[ -e $f ]] && VARS+=("$(basename "$f" .tar.xz)"); done
-python3 - "$B" base "${VARS[@]}" <<'EOF'
+BASE=(); [[ -e build/gpupkg/base.tar.xz ]] && BASE=(base)  # no base.tar.xz: no base column
+python3 - "$B" "${BASE[@]}" "${VARS[@]}" <<'EOF'
 import sys, tarfile
 B = sys.argv[1]
 tarfile.open("build/gpupkg/pkg.tar.xz").extractall(B)
@@ -59,7 +61,7 @@ SB=$B/${SANBIN:-cuda_test_decode}  # the test binary RACE / MEM filter
   "$SB" --gtest_filter="$MEM"
 W=${W:-decode_b64_L8k,decode_fp8_b64_L8k}
 IFS=';' read -ra alts <<< "${ALT:-}"
-V="new base ${VARS[*]}"; V=${V% }; for i in "${!alts[@]}"; do V+=" alt$((i + 1))"; done
+V="new ${BASE[*]} ${VARS[*]}"; V=$(echo $V); for i in "${!alts[@]}"; do V+=" alt$((i + 1))"; done
 for r in $(seq "${R:-3}"); do
   order=$V; (( r % 2 == 0 )) && order=$(tr ' ' '\n' <<< "$V" | tac | tr '\n' ' ')  # alternate
   for v in $order; do
@@ -71,9 +73,9 @@ for r in $(seq "${R:-3}"); do
   done
 done
 # Median over rounds of each workload's time, new against base.
-python3 - "$L" "${R:-3}" "${#alts[@]}" "${VARS[@]}" <<'EOF'
+python3 - "$L" "${R:-3}" "${#alts[@]}" "${#BASE[@]}" "${VARS[@]}" <<'EOF'
 import json, statistics, sys
-L, R, NA, VS = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
+L, R, NA, HB, VS = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5:]
 def times(v):
     out = {}
     for r in range(1, R + 1):
@@ -83,7 +85,7 @@ def times(v):
         except (OSError, ValueError, KeyError) as e:
             print(f"{v} round {r}: {e}")
     return out
-n, b = times("new"), times("base")
+n, b = times("new"), times("base") if HB else {}
 alts = [times(f"alt{i + 1}") for i in range(NA)] + [times(v) for v in VS]
 names = [f"alt{i + 1}" for i in range(NA)] + [v.removeprefix("var_") for v in VS]
 med = lambda d, w: statistics.median(d.get(w, [float("nan")]))
