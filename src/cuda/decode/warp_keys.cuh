@@ -19,7 +19,6 @@
 #include <type_traits>
 
 #include "cuda/common/dtype.cuh"
-#include "cuda/common/fp8_bits.h"
 #include "cuda/common/key_rows.cuh"
 #include "cuda/common/log2.cuh"
 #include "cuda/common/mma.cuh"
@@ -49,37 +48,31 @@ __device__ __forceinline__ int row_at(int row, int b) {
 }
 
 // FP8 caches run the tensor cores in fp16 whatever q's type: every e4m3 / e5m2 value is an
-// fp16 value, widened by moving bits (common/fp8_bits.h: four values in eight integer operations,
-// e4m3's as value times 2^-8, which the logit and output scales take back), and q is brought
-// into fp16's range by a power-of-two scale (exact; folded back into the logits).
+// fp16 value, one cvt widens two of them (to bf16 it takes four instructions), and q is
+// brought into fp16's range by a power-of-two scale (exact; folded back into the logits).
 //
 // K never goes through a widened copy: the B fragment of S = Q K^T is built in registers from
 // one 16-byte shared load per lane per 64 dims. That works because the dot product does not
 // care in which order the dims are summed: lane quad c of k-step s holds mma k-indices
-// {2c, 2c+1, 2c+8, 2c+9}, and we let those be dims 64 (s / 4) + 16 c + 4 (s % 4) + {0, 2, 1, 3},
-// four consecutive bytes of the key's row in the order fp8x4_to_f16x2 pairs them (even bytes
-// for k-indices 2c, 2c+1, odd ones for 2c+8, 2c+9). q is stored in shared memory in the same
-// permuted order.
+// {2c, 2c+1, 2c+8, 2c+9}, and we let those be dims 64 (s / 4) + 16 c + 4 (s % 4) + {0..3}, four
+// consecutive bytes of the key's row. q is stored in shared memory in the same permuted order.
 __device__ __forceinline__ int fp8_dim_of(int pos) {  // shared q position -> head dim
   const int s = pos >> 4, kap = pos & 15;
-  const int c = (kap & 7) >> 1, j = 2 * (kap & 1) + (kap >> 3);
+  const int c = (kap & 7) >> 1, j = (kap & 1) + 2 * (kap >> 3);
   return (s >> 2) * 64 + c * 16 + (s & 3) * 4 + j;
+}
+
+template <KvKind KV>
+__device__ __forceinline__ uint32_t fp8x2_f16(uint32_t two) {
+  return fp8x2_to<__half, KV>(static_cast<uint16_t>(two));
 }
 
 // fp8_dim_of's inverse: the shared q position of head dim `dim`.
 __device__ __forceinline__ int fp8_pos_of(int dim) {
   const int rem = dim & 63, c = rem >> 4, j = rem & 3;
   const int s = (dim >> 6) * 4 + ((rem & 15) >> 2);
-  return s * 16 + (j & 1) * 8 + c * 2 + (j >> 1);
+  return s * 16 + (j >> 1) * 8 + c * 2 + (j & 1);
 }
-
-// Four fp8 bytes as two fp16 pairs (bytes 0 and 2, bytes 1 and 3), at the scale 1 / kFp8Unit<KV>.
-template <KvKind KV>
-__device__ __forceinline__ void fp8x4_f16(uint32_t q, uint32_t& even, uint32_t& odd) {
-  fp8x4_to_f16x2<KV == KvKind::kE4M3>(q, even, odd);
-}
-template <KvKind KV>
-inline constexpr float kFp8Unit = KV == KvKind::kSame ? 1.f : kFp8F16Unit<KV == KvKind::kE4M3>;
 
 // The CTA's q rows, scaled by 2^k into fp16 range and permuted as above; returns 2^-k. The rows
 // are read once, into registers (entry.cuh, RowChunks), for both the maximum and the store.
@@ -149,25 +142,23 @@ __device__ __forceinline__ void v_fp8_words(uint32_t (&x)[4][W], const unsigned 
   }
 }
 
-// Word w of v_fp8_words' bytes as fp16 pairs of two keys each, the B (or A) fragments' k pairs:
-// p[b][h] holds column 4w + b of keys (2c, 2c+1) (h = 0) or (2c+8, 2c+9) (h = 1). One byte
-// permute puts two keys' bytes of columns 4w, 4w+1 (or 4w+2, 4w+3) into a word whose even and
-// odd bytes fp8x4_f16 pairs: [key0 col0, key0 col1, key1 col0, key1 col1].
-template <KvKind KV, int W>
-__device__ __forceinline__ void v_fp8_key_pairs(const uint32_t (&x)[4][W], int w,
-                                                uint32_t (&p)[4][2]) {
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    fp8x4_f16<KV>(__byte_perm(x[2 * h][w], x[2 * h + 1][w], 0x5410), p[0][h], p[1][h]);
-    fp8x4_f16<KV>(__byte_perm(x[2 * h][w], x[2 * h + 1][w], 0x7632), p[2][h], p[3][h]);
-  }
+// Word w of v_fp8_words' bytes with two keys' bytes of each column side by side, ready for one
+// cvt per pair: keys (2c, 2c+1) in lo0 (columns 4w, 4w+1) and hi0 (4w+2, 4w+3), keys
+// (2c+8, 2c+9) in lo1 and hi1.
+template <int W>
+__device__ __forceinline__ void v_fp8_key_pairs(const uint32_t (&x)[4][W], int w, uint32_t& lo0,
+                                                uint32_t& hi0, uint32_t& lo1, uint32_t& hi1) {
+  lo0 = __byte_perm(x[0][w], x[1][w], 0x5140);
+  hi0 = __byte_perm(x[0][w], x[1][w], 0x7362);
+  lo1 = __byte_perm(x[2][w], x[3][w], 0x5140);
+  hi1 = __byte_perm(x[2][w], x[3][w], 0x7362);
 }
 
 // O += P V for an fp8 stage, with V's B fragments built in registers from the raw bytes (no
 // widened copy, no ldmatrix.trans). The columns are permuted instead of the keys: mma column n of
 // n8 tile t is V column n * (DV / 8) + t so lane group g = lane / 4 reads DV / 8
 // consecutive bytes of each of its four key rows (2c, 2c+1, 2c+8, 2c+9 with c = lane % 4), and
-// byte permutes pair two keys' bytes of the same column (v_fp8_key_pairs).
+// one byte permute pairs two keys' bytes of the same column for one cvt.
 template <typename Cfg, KvKind KV>
 __device__ __forceinline__ void pv_fp8(float (&acc)[Cfg::DV / 8][4], const uint32_t (&a)[4],
                                        const unsigned char* vrows, int lane) {
@@ -176,10 +167,13 @@ __device__ __forceinline__ void pv_fp8(float (&acc)[Cfg::DV / 8][4], const uint3
   v_fp8_words<Cfg>(x, vrows, lane);
 #pragma unroll
   for (int w = 0; w < W; ++w) {
-    uint32_t pr[4][2];  // column 4w + b: keys (2c, 2c+1), (2c+8, 2c+9)
-    v_fp8_key_pairs<KV>(x, w, pr);
-#pragma unroll
-    for (int b = 0; b < 4; ++b) mma16816<__half>(acc[4 * w + b], a, pr[b][0], pr[b][1]);
+    // Keys (2c, 2c+1) and (2c+8, 2c+9), bytes of columns 4w, 4w+1 (lo) and 4w+2, 4w+3 (hi).
+    uint32_t lo0, hi0, lo1, hi1;
+    v_fp8_key_pairs(x, w, lo0, hi0, lo1, hi1);
+    mma16816<__half>(acc[4 * w], a, fp8x2_f16<KV>(lo0 & 0xffff), fp8x2_f16<KV>(lo1 & 0xffff));
+    mma16816<__half>(acc[4 * w + 1], a, fp8x2_f16<KV>(lo0 >> 16), fp8x2_f16<KV>(lo1 >> 16));
+    mma16816<__half>(acc[4 * w + 2], a, fp8x2_f16<KV>(hi0 & 0xffff), fp8x2_f16<KV>(hi1 & 0xffff));
+    mma16816<__half>(acc[4 * w + 3], a, fp8x2_f16<KV>(hi0 >> 16), fp8x2_f16<KV>(hi1 >> 16));
   }
 }
 
@@ -195,11 +189,14 @@ __device__ __forceinline__ void pv_fp8_narrow(float (&acc)[Cfg::DV / 16][4], uin
   v_fp8_words<Cfg>(x, vrows, lane);
 #pragma unroll
   for (int w = 0; w < W; ++w) {
-    // Columns 4w, 4w+1 are rows g, g+8 of m-tile 2w; 4w+2, 4w+3 those of m-tile 2w+1.
-    uint32_t pr[4][2];
-    v_fp8_key_pairs<KV>(x, w, pr);
-    const uint32_t a0[4] = {pr[0][0], pr[1][0], pr[0][1], pr[1][1]};
-    const uint32_t a1[4] = {pr[2][0], pr[3][0], pr[2][1], pr[3][1]};
+    // Keys (2c, 2c+1) and (2c+8, 2c+9); bytes 4w, 4w+1 (lo: rows g, g+8 of m-tile 2w) and
+    // 4w+2, 4w+3 (hi: m-tile 2w+1).
+    uint32_t lo0, hi0, lo1, hi1;
+    v_fp8_key_pairs(x, w, lo0, hi0, lo1, hi1);
+    const uint32_t a0[4] = {fp8x2_f16<KV>(lo0 & 0xffff), fp8x2_f16<KV>(lo0 >> 16),
+                            fp8x2_f16<KV>(lo1 & 0xffff), fp8x2_f16<KV>(lo1 >> 16)};
+    const uint32_t a1[4] = {fp8x2_f16<KV>(hi0 & 0xffff), fp8x2_f16<KV>(hi0 >> 16),
+                            fp8x2_f16<KV>(hi1 & 0xffff), fp8x2_f16<KV>(hi1 >> 16)};
     mma16816<__half>(acc[2 * w], a0, b0, b1);
     mma16816<__half>(acc[2 * w + 1], a1, b0, b1);
   }
@@ -263,11 +260,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, wk_form_ctas(Cfg::L))
                                                       reinterpret_cast<uint32_t*>(sStage))
                                 : static_cast<int>(blockIdx.z);
   if (!load_entry<T, DV, ROWS, N>(p, e, b)) return;
-  // fp8: q's power-of-two scale, and K's widening (kFp8Unit: e4m3 reads as value 2^-8), undone
-  // in the logits' multiplier.
   float q_unscale = 1.f;
   if constexpr (FP8)
-    q_unscale = wk::load_q_fp16<T, Cfg::Q_ROWS, D, QP, THREADS>(p, e, sQ) * wk::kFp8Unit<KV>;
+    q_unscale = wk::load_q_fp16<T, Cfg::Q_ROWS, D, QP, THREADS>(p, e, sQ);
   else
     load_rows<T, Cfg::Q_ROWS, D, QP, THREADS>(p, e, static_cast<const T*>(p.q), p.q_st, p.q_sh, sQ);
 
@@ -346,18 +341,18 @@ __global__ void __launch_bounds__(Cfg::THREADS, wk_form_ctas(Cfg::L))
             const uint4 w4 = kr[nt][ks / 4];
             w[nt] = (ks & 3) == 0 ? w4.x : (ks & 3) == 1 ? w4.y : (ks & 3) == 2 ? w4.z : w4.w;
           }
-          uint32_t ev[2], od[2];  // k-indices 2c, 2c+1 and 2c+8, 2c+9 of key nt * 8 + lane / 4
-#pragma unroll
-          for (int nt = 0; nt < 2; ++nt) wk::fp8x4_f16<KV>(w[nt], ev[nt], od[nt]);
           if constexpr (NARROW) {
-            const uint32_t a[4] = {ev[0], ev[1], od[0], od[1]};
+            const uint32_t a[4] = {wk::fp8x2_f16<KV>(w[0] & 0xffff),
+                                   wk::fp8x2_f16<KV>(w[1] & 0xffff), wk::fp8x2_f16<KV>(w[0] >> 16),
+                                   wk::fp8x2_f16<KV>(w[1] >> 16)};
             mma16816<C>((ks & 1) ? s2[0] : s[0], a, qf[ks][0], qf[ks][1]);
           } else {
             uint32_t a[4];
             ldmatrix_x4(a, sQ + (lane & 15) * QP + ks * 16 + (lane >> 4) * 8);
 #pragma unroll
             for (int nt = 0; nt < 2; ++nt)
-              mma16816<C>((ks & 1) ? s2[nt] : s[nt], a, ev[nt], od[nt]);
+              mma16816<C>((ks & 1) ? s2[nt] : s[nt], a, wk::fp8x2_f16<KV>(w[nt] & 0xffff),
+                          wk::fp8x2_f16<KV>(w[nt] >> 16));
           }
         }
       } else {
@@ -569,8 +564,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, wk_form_ctas(Cfg::L))
       sum.x += x.x;
       sum.y += x.y;
     }
-    // kFp8Unit: V's widening (e4m3 reads as value 2^-8) undone with the value descale.
-    const float L = sLt[r], inv = L > 0.f ? e.vd * wk::kFp8Unit<KV> / L : 0.f;
+    const float L = sLt[r], inv = L > 0.f ? e.vd / L : 0.f;
     const int gr = e.row0 + r, tok = e.token(p, gr), head = e.head(p, gr);
     if (p.use_workspace) {
       float* w =
