@@ -97,7 +97,7 @@ struct WkLayout {
 };
 
 // Stage rows. The rows a warp's ldmatrix (or fp8 fragment) reads take at once must fall in
-// different banks: either rows padded by 16 bytes (the default), or rows of whole 128-byte lines
+// different banks: either rows padded by 16 bytes, or (the default) rows of whole 128-byte lines
 // unpadded with chunk x of row r stored at chunk x ^ mask(r) (FLASHBACK_WK_SWIZZLE=1;
 // common/row_swizzle.h: kLdsm, r % 8, for 16-bit rows that are whole lines and go by cp.async
 // (common/key_rows.cuh takes rows of 512 bytes and up by bulk copy); kFp8 for fp8 head dim 128,
