@@ -232,8 +232,9 @@ TEST(DecodeConfig, WarpKeysLayoutFitsItsResidency) {
           // The merge at the end reuses the stages for the warps' rows x DV fp32 partials (fp8:
           // rows padded by a float), the narrow form's 8 rows, the 16-row form's 16.
           const int rows = narrow ? 8 : WkLayout::ROWS, op = fp8 ? dv + 1 : dv;
-          EXPECT_LE(l.warps * rows * op * 4 + 2 * l.warps * rows * 4 + 2 * rows * 4,
-                    l.stages * l.stage_bytes)
+          EXPECT_EQ(wk_merge_bytes(l),
+                    l.warps * rows * op * 4 + 2 * l.warps * rows * 4 + 2 * rows * 4);
+          EXPECT_LE(wk_merge_bytes(l), l.stages * l.stage_bytes)
               << d << " fp8 " << fp8 << " narrow " << narrow;
         }
 }

@@ -230,6 +230,17 @@ constexpr int wk_form_ctas(const WkLayout& l) {
   return l.ctas < regs ? l.ctas : regs < 1 ? 1 : regs;
 }
 
+/// The cross-warp merge's scratch at the end, which reuses the stages: per warp an fp32 partial
+/// of each row the form holds (`q_rows`: the narrow form's 8, the 16-row form's 16) and each v
+/// column (fp8: rows padded by one float, so the permuted columns' scalar stores spread over
+/// the banks, 4-way instead of one bank for all 32 lanes), the row maxima and sums, then the
+/// merged row statistics. The narrow form's 8 rows let fp8 head dim 128's two unpadded 16 KB
+/// stages hold it.
+constexpr int wk_merge_pitch(const WkLayout& l) { return l.eb == 1 ? l.dv + 1 : l.dv; }
+constexpr int wk_merge_bytes(const WkLayout& l) {
+  return l.warps * l.q_rows * wk_merge_pitch(l) * 4 + 2 * l.warps * l.q_rows * 4 + 2 * l.q_rows * 4;
+}
+
 /// Shared memory the warps-split-keys kernel takes per CTA (dynamic and static).
 constexpr int wk_smem_bytes(const WkLayout& l) {
   return l.q_bytes + l.static_bytes + l.stages * (l.stage_bytes + l.loc_stage);
@@ -285,14 +296,8 @@ struct DecodeWkConfig {
   static constexpr int LOC_BYTES = STAGES * L.loc_stage;
   static constexpr int BASE_BYTES = Q_BYTES + LOC_BYTES;
   static constexpr int SMEM_BYTES = BASE_BYTES + STAGES * STAGE_BYTES;
-  // The cross-warp merge at the end reuses the stages: per warp MROWS x DV fp32 partials plus the
-  // row maxima and sums, then the merged row statistics; MROWS: the rows the form holds (narrow:
-  // its N = 8, so fp8 head dim 128's two unpadded 16 KB stages hold it).
-  // fp8: rows padded by one float, so the permuted columns' scalar stores spread over the banks
-  // (4-way instead of one bank for all 32 lanes).
-  static constexpr int MROWS = NARROW ? 8 : ROWS;
-  static constexpr int OP = FP8 ? DV + 1 : DV;
-  static constexpr int MERGE_BYTES = WARPS * MROWS * OP * 4 + 2 * WARPS * MROWS * 4 + 2 * MROWS * 4;
+  static constexpr int OP = wk_merge_pitch(L);  // the merge's row pitch (floats; wk_merge_bytes)
+  static constexpr int MERGE_BYTES = wk_merge_bytes(L);
 
   static_assert(D % 16 == 0 && DV % 16 == 0 && DV <= 256, "head dims");
   static_assert(!FP8 || (D % 64 == 0 && DV % 64 == 0),

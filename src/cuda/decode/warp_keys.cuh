@@ -489,12 +489,12 @@ __global__ void __launch_bounds__(Cfg::THREADS, wk_form_ctas(Cfg::L))
   // Merge the four warps' states: row max M, sum L = sum_w l_w 2^(m_w - M), O = sum_w O_w 2^(m_w -
   // M).
   // MROWS: the rows this form holds (narrow: 8, its N; every CTA's rows fit them, wk_narrow).
-  constexpr int OP = Cfg::OP, MROWS = Cfg::MROWS;  // sO's row pitch (floats), its rows
-  float* sO = reinterpret_cast<float*>(sStage);    // [WARPS][MROWS][OP]
-  float* sM = sO + WARPS * MROWS * OP;             // [WARPS][MROWS]
-  float* sLw = sM + WARPS * MROWS;                 // [WARPS][MROWS]
-  float* sMt = sLw + WARPS * MROWS;                // [MROWS] merged max
-  float* sLt = sMt + MROWS;                        // [MROWS] merged sum
+  constexpr int OP = Cfg::OP, MROWS = Cfg::Q_ROWS;  // sO's row pitch (floats), its rows
+  float* sO = reinterpret_cast<float*>(sStage);     // [WARPS][MROWS][OP]
+  float* sM = sO + WARPS * MROWS * OP;              // [WARPS][MROWS]
+  float* sLw = sM + WARPS * MROWS;                  // [WARPS][MROWS]
+  float* sMt = sLw + WARPS * MROWS;                 // [MROWS] merged max
+  float* sLt = sMt + MROWS;                         // [MROWS] merged sum
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
 #pragma unroll
