@@ -127,9 +127,10 @@ constexpr int lanes_per_key(int ck, int cv) {
 }
 
 /// Issues the 16-byte copies of NW keys (one warp's): K rows of CK chunks to k_dst (pitch KRAW),
-/// V rows of CV chunks to v_dst (pitch VRAW), key i located by at[i]. LPK lanes share a key:
-/// each copy instruction moves LPK contiguous chunks of each of 32 / LPK rows, so it stays
-/// coalesced, and a lane reads each of its NW LPK / 32 keys' offsets once, then issues all of
+/// V rows of CV chunks to v_dst (pitch VRAW), key i's rows at the absolute addresses at[i]
+/// (key_src: a key past the range has bit 63 of its V address set, and reads nothing). LPK lanes
+/// share a key: each copy instruction moves LPK contiguous chunks of each of 32 / LPK rows, so it
+/// stays coalesced, and a lane reads each of its NW LPK / 32 keys' offsets once, then issues all of
 /// that key's chunks at constant offsets from two addresses. (The first form spread one key over
 /// all 32 lanes per instruction: one shared load, a 64-bit add and a predicate per chunk, about
 /// ten instructions per 16 bytes.) A key past the range (offset < 0) reads nothing: src-size 0
@@ -139,8 +140,7 @@ constexpr int lanes_per_key(int ck, int cv) {
 /// copy writes whole lines (decode/config.h, WkLayout::swizzle, says why).
 template <int NW, int CK, int CV, int KRAW, int VRAW, RowSwizzle SWZ = RowSwizzle::kNone>
 __device__ __forceinline__ void copy_keys_warp(unsigned char* k_dst, unsigned char* v_dst,
-                                               const KeyBytes* at, const unsigned char* kbase,
-                                               const unsigned char* vbase, int lane) {
+                                               const KeyBytes* at, int lane) {
   constexpr int LPK = lanes_per_key(CK, CV), KPI = 32 / LPK;  // lanes per key, keys per copy
   static_assert(NW % KPI == 0, "whole rounds of keys per lane");
   static_assert(SWZ == RowSwizzle::kNone || (NW % 8 == 0 && KRAW % 128 == 0 && VRAW % 128 == 0),
@@ -149,11 +149,10 @@ __device__ __forceinline__ void copy_keys_warp(unsigned char* k_dst, unsigned ch
 #pragma unroll
   for (int m = 0; m < NW / KPI; ++m) {
     const int key = lane / LPK + m * KPI;
-    const KeyBytes off = at[key];
-    const bool live = off.x >= 0;
-    const int bytes = live ? 16 : 0;
-    const unsigned char* ks = kbase + (live ? off.x : 0) + c * 16;
-    const unsigned char* vs = vbase + (live ? off.y : 0) + c * 16;
+    const KeyBytes src = at[key];
+    const int bytes = src.y >= 0 ? 16 : 0;
+    const unsigned char* ks = reinterpret_cast<const unsigned char*>(src.x) + c * 16;
+    const unsigned char* vs = reinterpret_cast<const unsigned char*>(src.y & INT64_MAX) + c * 16;
     unsigned char* kd = k_dst + key * KRAW;
     unsigned char* vd = v_dst + key * VRAW;
 #pragma unroll
@@ -232,11 +231,20 @@ struct KvPipeline {
   }
   template <typename P>
   __device__ __forceinline__ void publish(const P& p, int tile, int32_t entry) {
-    if (owns())
-      loc[(tile % STAGES) * N + owned()] =
-          key_of(tile) < end
-              ? key_bytes(walk.locate(entry, key_of(tile)), p.k_sp, p.k_so, p.v_sp, p.v_so, EB)
-              : no_key();
+    if (!owns()) return;
+    const bool in = key_of(tile) < end;
+    const KeyBytes off =
+        in ? key_bytes(walk.locate(entry, key_of(tile)), p.k_sp, p.k_so, p.v_sp, p.v_so, EB)
+           : no_key();
+    if constexpr (NW > 0) {
+      // Per-warp copies take absolute addresses (one add per chunk, no selects); a key past the
+      // range points at the cache bases with bit 63 of V's set (copy_keys_warp: src-size 0).
+      const int64_t k = reinterpret_cast<int64_t>(kbase) + (in ? off.x : 0);
+      const int64_t v = reinterpret_cast<int64_t>(vbase) + (in ? off.y : 0);
+      loc[(tile % STAGES) * N + owned()] = make_longlong2(k, in ? v : (v | INT64_MIN));
+    } else {
+      loc[(tile % STAGES) * N + owned()] = off;
+    }
   }
   __device__ __forceinline__ void copy(int tile) {
     unsigned char* st = stage(tile);
@@ -244,8 +252,7 @@ struct KvPipeline {
     if constexpr (NW > 0) {
       const int w0 = static_cast<int>(threadIdx.x >> 5) * NW;  // the warp's first key
       copy_keys_warp<NW, CK, CV, KRAW, VRAW, SWZ>(st + w0 * KRAW, st + N * KRAW + w0 * VRAW,
-                                                  at + w0, kbase, vbase,
-                                                  static_cast<int>(threadIdx.x & 31));
+                                                  at + w0, static_cast<int>(threadIdx.x & 31));
     } else {
       copy_tile<N, CK, CV, KRAW, VRAW, THREADS>(st, at, kbase, vbase);
     }
