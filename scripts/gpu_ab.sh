@@ -11,6 +11,7 @@
 #   PAIRS=1 also runs cuda_test_prefill with two query blocks per CTA forced; PERSIST=1 with the
 #   persistent schedule on 3 CTAs, also under racecheck and memcheck.
 #   SANBIN=cuda_test_prefill: the binary RACE and MEM run (default cuda_test_decode).
+#   ETESTS: tests and sanitizer runs under environment settings (format at its loop).
 #   ALT="NAME=VALUE ...[;NAME=VALUE ...]": more columns (alt1, alt2, ...), the new binary under
 #   each group of environment settings.
 #   Budget: the tests and sanitizer steps, then ~2.5 s per workload per column per round (the
@@ -42,6 +43,13 @@ step() {  # name, timeout, command...
   grep -E '^\[  FAILED  \]' "$log" | head -8
 }
 for t in ${TESTS:-cuda_test_decode}; do step "$t" 240 "$B/$t"; done  # decode: ~175 s
+# ETESTS="ENV=V,ENV2=W:binary:gtest_filter[:racecheck|memcheck] ...": a test binary (or a
+# sanitizer over it) under environment settings, e.g. a kernel schedule behind a switch.
+n=0; for t in ${ETESTS:-}; do
+  IFS=: read -r ev bin filt tool <<< "$t"; san=(); n=$((n + 1))
+  [[ -n $tool ]] && san=(compute-sanitizer --tool "$tool" --error-exitcode 9)
+  step "e${n}_${tool:-test}_${bin}" 240 env ${ev//,/ } "${san[@]}" "$B/$bin" --gtest_filter="$filt"
+done
 [[ -n ${SMALL:-} ]] && step decode_small_smem 150 env FLASHBACK_DECODE_SMEM_BLOCK=101376 \
   "$B/cuda_test_decode" --gtest_filter='-CudaDecode.Mla*'
 [[ -n ${PAIRS:-} ]] && step prefill_pairs 150 env FLASHBACK_PREFILL_PERSISTENT=0 FLASHBACK_PREFILL_PAIRS=1 \
