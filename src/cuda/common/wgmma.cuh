@@ -100,6 +100,45 @@ __device__ __forceinline__ void wgmma_ss_n128(float (&d)[16][4], uint64_t a, uin
 #endif
 }
 
+// The 32 fp32 accumulators of an m64n64 tile (8 n8 blocks of 4, layout as above).
+#define FLASHBACK_WG_D64                                                             \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "          \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define FLASHBACK_WG_ACC64                                                                      \
+  "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),     \
+      "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), \
+      "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), \
+      "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
+      "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), \
+      "+f"(d[7][2]), "+f"(d[7][3])
+
+/// d (+)= A B for a 64 x 64 x 16 step from shared memory, A and B K-major (S = Q K^T with the
+/// tile's 64 keys as N: each instruction reads 4 KB of operands for 32 clocks of tensor work,
+/// where m64n32 reads 3 KB for 16).
+template <typename T>
+__device__ __forceinline__ void wgmma_ss_n64(float (&d)[8][4], uint64_t a, uint64_t b,
+                                             bool accumulate) {
+#ifdef FLASHBACK_WGMMA
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
+        " wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FLASHBACK_WG_D64
+        ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : FLASHBACK_WG_ACC64
+        : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
+  } else {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
+        " wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " FLASHBACK_WG_D64
+        ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : FLASHBACK_WG_ACC64
+        : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
+  }
+#endif
+}
+#undef FLASHBACK_WG_D64
+#undef FLASHBACK_WG_ACC64
+
 // The 16 fp32 accumulators of an m64n32 tile (4 n8 blocks of 4, layout as above).
 #define FLASHBACK_WG_D32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
 #define FLASHBACK_WG_ACC32                                                                      \

@@ -201,10 +201,24 @@ struct MlaWgmma {
     }
     wgmma_commit();
   }
+  // S = Q K^T for all 64 keys of stage s (the one-scorer schedule): 36 steps of m64n64k16.
+  __device__ __forceinline__ void issue_s64(int s, float (&sacc)[8][4]) const {
+    const uint32_t qa = sw128_desc_lo(q_addr(), 16), kb = sw128_desc_lo(stage(s), 16);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < Cfg::BLOCKS * 4; ++ks) {
+      const uint32_t off = (ks >> 2) * BLK + (ks & 3) * 32;
+      wgmma_ss_n64<T>(sacc, sw128_desc_at(qa, off), sw128_desc_at(kb, off), ks > 0);
+    }
+    wgmma_commit();
+  }
   // O[:, 256 wg + [0, 256)) += P V over the tile's 64 keys (V = latent blocks 4 wg .. 4 wg + 3,
   // MN-major: the next 64 columns are BLK bytes on).
-  __device__ __forceinline__ void issue_pv(int s, int wg, float (&acc)[2][16][4]) const {
-    const uint32_t pa = sw128_desc_lo(p_addr(), 16),
+  // P is the 64 x 64 block at p_at (p_addr(), or the stage's dead rope block in the one-scorer
+  // schedule).
+  __device__ __forceinline__ void issue_pv(int s, int wg, float (&acc)[2][16][4],
+                                           uint32_t p_at) const {
+    const uint32_t pa = sw128_desc_lo(p_at, 16),
                    vb = sw128_desc_lo(stage(s) + 4 * wg * BLK, BLK);
     wgmma_fence();
 #pragma unroll
@@ -214,6 +228,47 @@ struct MlaWgmma {
         wgmma_ss_n128<T, true>(acc[nh], sw128_desc_at(pa, kk * 32),
                                sw128_desc_at(vb, 2 * nh * BLK + kk * 16 * 128), true);
     wgmma_commit();
+  }
+
+  // The epilogue of both schedules: this warpgroup's 256 output columns of the thread's rows
+  // r0 and r0 + 8 normalised by their row sums l, and (warpgroup 0) their LSE, to the output or
+  // the split workspace.
+  __device__ __forceinline__ void finish(const DecodeParams& p, const DecodeEntry& e, int wg,
+                                         const float (&acc)[2][16][4], const float (&m)[2],
+                                         const float (&l)[2]) const {
+    const int tw = threadIdx.x & 127, lane = tw & 31, quad = lane & 3;
+    const int r0 = (tw >> 5) * 16 + (lane >> 2);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int r = r0 + 8 * i, gr = e.row0 + r;
+      if (gr >= e.rows_total) continue;
+      const int tok = e.token(p, gr), head = e.head(p, gr);
+      if (wg == 0 && quad == 0) {
+        const float lse = l[i] > 0.f ? (m[i] + log2f(l[i])) * kLn2 : -INFINITY;
+        if (p.use_workspace)
+          p.ws_lse[(static_cast<int64_t>(e.split) * p.total_q + tok) * p.heads_q + head] = lse;
+        else if (p.lse)
+          p.lse[tok * p.lse_st + head * p.lse_sh] = lse;
+      }
+      const float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;
+#pragma unroll
+      for (int nh = 0; nh < 2; ++nh)
+#pragma unroll
+        for (int u = 0; u < 16; ++u) {
+          const int col = 256 * wg + 128 * nh + 8 * u + 2 * quad;
+          const float o0 = acc[nh][u][2 * i] * inv, o1 = acc[nh][u][2 * i + 1] * inv;
+          if (p.use_workspace) {
+            float* w = p.ws_o +
+                       ((static_cast<int64_t>(e.split) * p.total_q + tok) * p.heads_q + head) * DV +
+                       col;
+            *reinterpret_cast<float2*>(w) = make_float2(o0, o1);
+          } else {
+            T* o = static_cast<T*>(p.out) + tok * p.out_st + head * p.out_sh + col;
+            o[0] = from_float<T>(o0);
+            o[1] = from_float<T>(o1);
+          }
+        }
+    }
   }
 
   __device__ void consume(const DecodeParams& p, const DecodeEntry& e, int ntiles, int wg) const {
@@ -333,7 +388,7 @@ struct MlaWgmma {
             acc[nh][u][3] *= alpha[1];
           }
       }
-      issue_pv(s, wg, acc);
+      issue_pv(s, wg, acc, p_addr());
       wgmma_wait<0>();
 #pragma unroll
       for (int nh = 0; nh < 2; ++nh) reg_fence(acc[nh]);
@@ -348,38 +403,168 @@ struct MlaWgmma {
       if (quad == 0) st_shared_f32(lsum(wg, r0 + 8 * i), l_part[i]);
     }
     named_barrier_sync<3, 256>();
+    float l[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+      l[i] = ld_shared_f32(lsum(0, r0 + 8 * i)) + ld_shared_f32(lsum(1, r0 + 8 * i));
+    finish(p, e, wg, acc, m_run, l);
+  }
+
+  // The one-scorer schedule (FlashInfer's split of the work): warpgroup 1 computes S for the
+  // tile's 64 keys on m64n64k16 (Q is read once per tile, not once per warpgroup: 144 KB of
+  // operand reads per tile instead of 216), runs the softmax for whole rows (no maxima exchange),
+  // writes P into the stage's rope block (dead once S is done; the stage is refilled only after
+  // both warpgroups free it) and the rows' rescale factors into red(j % 2, .), and meets
+  // warpgroup 0 at named barrier 1; then both warpgroups run their P V halves. Warpgroup 1 owns
+  // the row maxima and sums and hands them over at the end (lsum(0 / 1, .), barrier 3).
+  __device__ void consume_scorer(const DecodeParams& p, const DecodeEntry& e, int ntiles,
+                                 int wg) const {
+    const int tw = threadIdx.x & 127, lane = tw & 31, warp = tw >> 5;
+    const int quad = lane & 3;
+    const int r0 = warp * 16 + (lane >> 2);
+    float acc[2][16][4];
+#pragma unroll
+    for (int nh = 0; nh < 2; ++nh)
+#pragma unroll
+      for (int u = 0; u < 16; ++u)
+        acc[nh][u][0] = acc[nh][u][1] = acc[nh][u][2] = acc[nh][u][3] = 0.f;
+    auto rescale = [&](const float (&alpha)[2]) {
+      if (__any_sync(~0u, alpha[0] != 1.f || alpha[1] != 1.f)) {
+#pragma unroll
+        for (int nh = 0; nh < 2; ++nh)
+#pragma unroll
+          for (int u = 0; u < 16; ++u) {
+            acc[nh][u][0] *= alpha[0];
+            acc[nh][u][1] *= alpha[0];
+            acc[nh][u][2] *= alpha[1];
+            acc[nh][u][3] *= alpha[1];
+          }
+      }
+    };
+    auto pv = [&](int j) {
+      const int s = j % S;
+      issue_pv(s, wg, acc, stage(s) + (DV / 64) * BLK);
+      wgmma_wait<0>();
+#pragma unroll
+      for (int nh = 0; nh < 2; ++nh) reg_fence(acc[nh]);
+      mbar_arrive(empty(s));
+    };
+    float m_fin[2], l_fin[2];
+    if (wg == 0) {
+      for (int j = 0; j < ntiles; ++j) {
+        named_barrier_sync<1, 256>();  // P(j) and its factors written
+        mbar_wait(full(j % S), (j / S) & 1);  // V of the stage, seen by this warpgroup too
+        fence_proxy_async_smem();
+        const float alpha[2] = {ld_shared_f32(red(j & 1, r0)), ld_shared_f32(red(j & 1, r0 + 8))};
+        rescale(alpha);
+        pv(j);
+      }
+      named_barrier_sync<3, 256>();
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        l_fin[i] = ld_shared_f32(lsum(0, r0 + 8 * i));
+        m_fin[i] = ld_shared_f32(lsum(1, r0 + 8 * i));
+      }
+      finish(p, e, wg, acc, m_fin, l_fin);
+      return;
+    }
+    KeyRange rr[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const int r = r0 + 8 * i, gr = e.row0 + r;
-      if (gr >= e.rows_total) continue;
-      const float l = ld_shared_f32(lsum(0, r)) + ld_shared_f32(lsum(1, r));
-      const int tok = e.token(p, gr), head = e.head(p, gr);
-      if (wg == 0 && quad == 0) {
-        const float lse = l > 0.f ? (m_run[i] + log2f(l)) * kLn2 : -INFINITY;
-        if (p.use_workspace)
-          p.ws_lse[(static_cast<int64_t>(e.split) * p.total_q + tok) * p.heads_q + head] = lse;
-        else if (p.lse)
-          p.lse[tok * p.lse_st + head * p.lse_sh] = lse;
-      }
-      const float inv = l > 0.f ? 1.f / l : 0.f;
-#pragma unroll
-      for (int nh = 0; nh < 2; ++nh)
-#pragma unroll
-        for (int u = 0; u < 16; ++u) {
-          const int col = 256 * wg + 128 * nh + 8 * u + 2 * quad;
-          const float o0 = acc[nh][u][2 * i] * inv, o1 = acc[nh][u][2 * i + 1] * inv;
-          if (p.use_workspace) {
-            float* w = p.ws_o +
-                       ((static_cast<int64_t>(e.split) * p.total_q + tok) * p.heads_q + head) * DV +
-                       col;
-            *reinterpret_cast<float2*>(w) = make_float2(o0, o1);
-          } else {
-            T* o = static_cast<T*>(p.out) + tok * p.out_st + head * p.out_sh + col;
-            o[0] = from_float<T>(o0);
-            o[1] = from_float<T>(o1);
-          }
-        }
+      const int gr = e.row0 + r0 + 8 * i;
+      rr[i] = gr < e.rows_total ? visible_keys(p, gr / p.group, e.q_len, e.kv_len) : KeyRange{1, 0};
     }
+    const float mul = p.scale * kLog2e;
+    const float cin = CAP ? p.scale / p.softcap : 0.f, cout = CAP ? p.softcap * kLog2e : 0.f;
+    float m_run[2] = {-INFINITY, -INFINITY}, l_part[2] = {0.f, 0.f};
+    if (ntiles > 0) mbar_wait(q_full(), 0);
+    for (int j = 0; j < ntiles; ++j) {
+      const int s = j % S;
+      mbar_wait(full(s), (j / S) & 1);
+      fence_proxy_async_smem();
+      float sacc[8][4];
+      issue_s64(s, sacc);
+      wgmma_wait<0>();
+      reg_fence(sacc);
+      const int k0 = e.begin + j * N, kbase = k0 + 2 * quad;
+      const bool inside =
+          k0 >= max(rr[0].lo, rr[1].lo) && k0 + N - 1 <= min(rr[0].hi, rr[1].hi) &&
+          k0 + N - 1 < e.end;
+      float mx[2] = {-INFINITY, -INFINITY};
+      auto logits = [&](auto mask) {
+#pragma unroll
+        for (int u = 0; u < 8; ++u)
+#pragma unroll
+          for (int x = 0; x < 4; ++x) {
+            const int i = x >> 1, key = kbase + 8 * u + (x & 1);
+            float v = CAP ? cout * tanhf(sacc[u][x] * cin) : sacc[u][x] * mul;
+            if constexpr (decltype(mask)::value)
+              v = key >= rr[i].lo && key <= rr[i].hi && key < e.end ? v : -INFINITY;
+            sacc[u][x] = v;
+            mx[i] = fmaxf(mx[i], v);
+          }
+      };
+      if (inside)
+        logits(std::false_type{});
+      else
+        logits(std::true_type{});
+      float alpha[2], m_use[2];
+      bool keep = true;
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        mx[i] = fmaxf(mx[i], __shfl_xor_sync(~0u, mx[i], 1));
+        mx[i] = fmaxf(mx[i], __shfl_xor_sync(~0u, mx[i], 2));
+        mx[i] = fmaxf(m_run[i], mx[i]);
+        keep = keep && lazy_keeps(mx[i], m_run[i]);  // false while m_run is -inf
+      }
+      if (__all_sync(~0u, keep)) {  // lazy rescale, per warp (its 16 rows), as consume()
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          alpha[i] = 1.f;
+          m_use[i] = m_run[i];
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          alpha[i] = mx[i] == -INFINITY ? 1.f : exp2f(m_run[i] - mx[i]);
+          m_use[i] = mx[i] == -INFINITY ? 0.f : mx[i];
+          m_run[i] = mx[i];
+          l_part[i] *= alpha[i];
+        }
+      }
+      // P (16-bit) into the stage's rope block: row r, keys 8 u + 2 quad + {0, 1} (chunk u).
+      const uint32_t pbase = stage(s) + (DV / 64) * BLK + quad * 4;
+#pragma unroll
+      for (int u = 0; u < 8; ++u)
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const float p0 = exp2f(sacc[u][2 * i] - m_use[i]);
+          const float p1 = exp2f(sacc[u][2 * i + 1] - m_use[i]);
+          l_part[i] += p0 + p1;
+          const int r = r0 + 8 * i;
+          const uint32_t a = pbase + r * 128 + ((u ^ (r & 7)) << 4);
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(pack2<T>(p0, p1)) : "memory");
+        }
+      if (quad == 0) {
+        st_shared_f32(red(j & 1, r0), alpha[0]);
+        st_shared_f32(red(j & 1, r0 + 8), alpha[1]);
+      }
+      fence_proxy_async_smem();  // P is read by wgmma (async proxy)
+      named_barrier_sync<1, 256>();
+      rescale(alpha);
+      pv(j);
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      l_part[i] += __shfl_xor_sync(~0u, l_part[i], 1);
+      l_part[i] += __shfl_xor_sync(~0u, l_part[i], 2);
+      if (quad == 0) {
+        st_shared_f32(lsum(0, r0 + 8 * i), l_part[i]);
+        st_shared_f32(lsum(1, r0 + 8 * i), m_run[i]);
+      }
+    }
+    named_barrier_sync<3, 256>();
+    finish(p, e, wg, acc, m_run, l_part);
   }
 };
 
@@ -400,7 +585,7 @@ __device__ __forceinline__ bool mla_begin(const DecodeParams& p, DecodeEntry& e,
   return true;
 }
 
-template <typename T, bool CAP>
+template <typename T, bool CAP, bool SCORER>
 __global__ void __launch_bounds__(MlaWgmmaConfig::THREADS, 1)
     mla_wgmma_kernel(const DecodeParams p) {
 #ifdef FLASHBACK_WGMMA
@@ -415,7 +600,10 @@ __global__ void __launch_bounds__(MlaWgmmaConfig::THREADS, 1)
     k.produce(p, e, ntiles);
   } else {
     regs_grow<Cfg::CONSUMER_REGS>();
-    k.consume(p, e, ntiles, threadIdx.x / 128);
+    if constexpr (SCORER)
+      k.consume_scorer(p, e, ntiles, threadIdx.x / 128);
+    else
+      k.consume(p, e, ntiles, threadIdx.x / 128);
   }
 #else
   __trap();  // launched only where the host found sm_90a code and a 9.0 device (dispatch.cu)
