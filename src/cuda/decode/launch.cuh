@@ -61,15 +61,15 @@ void launch_mla_wgmma(const DecodeParams& p, int m_tiles, cudaStream_t stream) {
   const dim3 grid(p.num_splits, p.heads_kv * p.row_blocks, p.batch);
   if (m_tiles == 1) return launch_mla_narrow<T, 16>(p, grid, stream);
   if (m_tiles == 2) return launch_mla_narrow<T, 32>(p, grid, stream);
-  // FLASHBACK_MLA_SCHEDULE=scorer: one warpgroup computes S (consume_scorer), for A/B.
-  static const bool scorer = env_value("FLASHBACK_MLA_SCHEDULE") == "scorer";
+  // FLASHBACK_MLA_S_CHAINS=2: S as two accumulator chains (A/B).
+  static const bool two = env_value("FLASHBACK_MLA_S_CHAINS") == "2";
   auto go = [&](auto kernel) {
     launch_with_smem(kernel, grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream, p, "mla_wgmma_kernel");
   };
   if (p.softcap > 0.f)
-    scorer ? go(mla_wgmma_kernel<T, true, true>) : go(mla_wgmma_kernel<T, true, false>);
+    two ? go(mla_wgmma_kernel<T, true, 2>) : go(mla_wgmma_kernel<T, true, 1>);
   else
-    scorer ? go(mla_wgmma_kernel<T, false, true>) : go(mla_wgmma_kernel<T, false, false>);
+    two ? go(mla_wgmma_kernel<T, false, 2>) : go(mla_wgmma_kernel<T, false, 1>);
 }
 
 template <int D, int DV, bool QV, typename T, int MT>

@@ -4,27 +4,31 @@
 //
 // Why a kernel of its own: with 128 heads sharing each latent row, MLA decode does ~240 FLOPs
 // per cache byte and is compute-bound (docs/PERFORMANCE_GPU.md); the mma.sync kernel, S through
-// shared memory, reached 59 TFLOP/s; this one 403 (mla_decode_b64_L4k_h128 on the H200).
+// shared memory, reached 59 TFLOP/s; this one ~440 (mla_decode_b64_L4k_h128 on the H200).
 //
-// Shape (FlashMLA's split of the output, keys split for S):
+// Shape (FlashInfer's split of the work, FlashMLA's split of the output):
 //   - Warpgroup 2 produces: Q once (the 512 q_nope columns as blocks 0-7 and the 64 q_rope ones
 //     as block 8 of the 128-byte-swizzled layout, common/sw128.h), then per tile of 64 keys
 //     the latent rows (blocks 0-7) and the rope rows (block 8) into one of two stages, with
 //     cp.async in 128-byte pieces (common/sw128_copy.cuh), arriving on the stage's `full`.
-//   - Consumer warpgroup w (0 or 1) computes S for keys [32 w, 32 w + 32) of the tile, all 64
-//     rows (36 steps of m64n32k16, Q and K from shared memory). The row maxima meet in shared
-//     memory (named barrier 1), both warpgroups take the same new maximum, write their half of
-//     P (16-bit) into one swizzled 64 x 64 block and meet again (barrier 2); then warpgroup w
-//     does O[:, 256 w, 256 w + 256) += P V over all 64 keys (m64n128k16, P and V from shared
-//     memory: V is the latent block, read MN-major) and frees the stage.
-//   - The row sums are partial per warpgroup and per thread until the end (the rescale factor is
-//     the same for every key of a row), then summed across the quad and the two warpgroups.
+//   - Warpgroup 1 scores: S for all 64 keys and rows of the tile (36 steps of m64n64k16, Q and K
+//     from shared memory, each read once per tile), the softmax of whole rows (no exchange of
+//     maxima), P (16-bit) into the tile's rope block, dead once S is done, and the rows'
+//     rescale factors into shared memory; then it meets warpgroup 0 (named barrier 1).
+//   - Warpgroup w (0 or 1) does O[:, 256 w, 256 w + 256) += P V over the tile's 64 keys
+//     (m64n128k16, P and V from shared memory: V is the latent block, read MN-major), after
+//     rescaling its O by the factors, and frees the stage. Warpgroup 0 idles while 1 scores.
+//   - The row sums stay partial per thread until the end, then are summed across the quad and
+//     handed to warpgroup 0 with the maxima (barrier 3).
 // 16-bit caches only (the mma.sync kernel takes fp8), softcap and every key-range rule as the
 // other kernels (visible_keys), LSE, split-KV through the same workspace and combine.
 //
-// Measured and dropped (docs/PERFORMANCE_GPU.md, session 5): L2 prefetch of the next tile, two
-// S accumulator chains, and FlashMLA's split (warpgroup 0 alone on S and the softmax). The two
-// consumer warpgroups run in lock step, so S and P V of a tile never overlap: the next step.
+// Measured (docs/PERFORMANCE_GPU.md): the first form split the keys between both consumer
+// warpgroups for S (m64n32k16 each: Q read twice per tile, 216 KB of operand reads against
+// 144) and exchanged row maxima through shared memory; this one is 10 % faster (session 25).
+// Dropped: L2 prefetch of the next tile (session 5), FlashMLA's seesaw and S queued behind the
+// previous tile's P V (session 13: with two 72 KB stages any later release of a stage exposes
+// the next copy).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -47,20 +51,19 @@ namespace flashback::cuda {
 struct MlaWgmmaConfig {
   static constexpr int D = 64, DV = 512;  // rope and latent widths
   static constexpr int ROWS = 64;         // (query, head) rows per CTA: one wgmma M
-  static constexpr int N = 64;            // keys per tile, 32 per consumer warpgroup for S
+  static constexpr int N = 64;            // keys per tile
   static constexpr int STAGES = 2;
   static constexpr int THREADS = 384;
   static constexpr int BLOCKS = (D + DV) / 64;          // 64-column swizzled blocks of Q and a tile
   static constexpr int Q_BYTES = BLOCKS * ROWS * 128;   // 72 KB
   static constexpr int STAGE_BYTES = BLOCKS * N * 128;  // 72 KB
-  static constexpr int P_BYTES = ROWS * N * 2;          // one swizzled block
-  static constexpr int RED_BYTES = 2 * 2 * ROWS * 4;    // row maxima and sums per warpgroup
+  static constexpr int RED_BYTES = 2 * 2 * ROWS * 4;    // rescale factors (2 tiles), m and l
   static constexpr int BARS = 2 * STAGES + 1;           // full, empty per stage; q_full
   static constexpr int SMEM_BYTES =
-      1024 + Q_BYTES + STAGES * STAGE_BYTES + P_BYTES + RED_BYTES + 8 * BARS;
+      1024 + Q_BYTES + STAGES * STAGE_BYTES + RED_BYTES + 8 * BARS;
   static constexpr int PRODUCER_REGS = 56, CONSUMER_REGS = 224;  // 128 x 56 + 256 x 224 <= 64K
   static_assert(SMEM_BYTES <= 227 * 1024, "shared memory per CTA exceeds 227 KB");
-  static_assert(ROWS * N * 2 == 64 * 128, "P is one swizzled block");
+  static_assert(ROWS * N * 2 == N * 128, "P (16-bit) fits the tile's rope block");
 };
 
 // An fp32 at a shared-memory address (row statistics the warps or warpgroups exchange).
@@ -133,7 +136,7 @@ __device__ __forceinline__ void mla_copy_tiles(const DecodeParams& p, const Deco
   }
 }
 
-template <typename T, bool CAP>
+template <typename T, bool CAP, int CHAINS = 1>
 struct MlaWgmma {
   using Cfg = MlaWgmmaConfig;
   static constexpr int N = Cfg::N, ROWS = Cfg::ROWS, S = Cfg::STAGES, DV = Cfg::DV;
@@ -143,13 +146,18 @@ struct MlaWgmma {
 
   __device__ uint32_t q_addr() const { return base; }
   __device__ uint32_t stage(int s) const { return base + Cfg::Q_BYTES + s * Cfg::STAGE_BYTES; }
-  __device__ uint32_t p_addr() const { return base + Cfg::Q_BYTES + S * Cfg::STAGE_BYTES; }
-  // [2][ROWS] fp32: the row maxima of the current tile, then the final row sums, per warpgroup.
-  __device__ uint32_t red(int w, int r) const {
-    return p_addr() + Cfg::P_BYTES + (w * ROWS + r) * 4;
+  // P of stage s's tile: its rope block, dead once S is done (the stage is refilled only after
+  // both warpgroups have freed it).
+  __device__ uint32_t p_at(int s) const { return stage(s) + (DV / 64) * BLK; }
+  // [2][ROWS] fp32: the rows' rescale factors of tiles j with j % 2 == par; then [2][ROWS]: the
+  // final row sums (w = 0) and maxima (w = 1).
+  __device__ uint32_t red(int par, int r) const {
+    return base + Cfg::Q_BYTES + S * Cfg::STAGE_BYTES + (par * ROWS + r) * 4;
   }
   __device__ uint32_t lsum(int w, int r) const { return red(2, r) + w * ROWS * 4; }
-  __device__ uint32_t bar(int i) const { return p_addr() + Cfg::P_BYTES + Cfg::RED_BYTES + 8 * i; }
+  __device__ uint32_t bar(int i) const {
+    return base + Cfg::Q_BYTES + S * Cfg::STAGE_BYTES + Cfg::RED_BYTES + 8 * i;
+  }
   __device__ uint32_t full(int s) const { return bar(s); }
   __device__ uint32_t empty(int s) const { return bar(S + s); }
   __device__ uint32_t q_full() const { return bar(2 * S); }
@@ -189,36 +197,26 @@ struct MlaWgmma {
         [this](int st) { return empty(st); });
   }
 
-  // S = Q K^T for keys [32 wg, 32 wg + 32) of stage s: the 9 blocks, 4 k steps each.
-  __device__ __forceinline__ void issue_s(int s, int wg, float (&sacc)[4][4]) const {
-    const uint32_t qa = sw128_desc_lo(q_addr(), 16),
-                   kb = sw128_desc_lo(stage(s) + wg * 32 * 128, 16);
-    wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < Cfg::BLOCKS * 4; ++ks) {
-      const uint32_t off = (ks >> 2) * BLK + (ks & 3) * 32;
-      wgmma_ss_n32<T>(sacc, sw128_desc_at(qa, off), sw128_desc_at(kb, off), ks > 0);
-    }
-    wgmma_commit();
-  }
-  // S = Q K^T for all 64 keys of stage s (the one-scorer schedule): 36 steps of m64n64k16.
-  __device__ __forceinline__ void issue_s64(int s, float (&sacc)[8][4]) const {
+  // S = Q K^T for all 64 keys of stage s: 36 steps of m64n64k16, Q and K from shared memory
+  // (4 KB of operands per 32 clocks of tensor work). CHAINS == 2: the odd steps accumulate into
+  // sb (two independent chains, summed by the caller).
+  __device__ __forceinline__ void issue_s(int s, float (&sacc)[8][4], float (&sb)[8][4]) const {
     const uint32_t qa = sw128_desc_lo(q_addr(), 16), kb = sw128_desc_lo(stage(s), 16);
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < Cfg::BLOCKS * 4; ++ks) {
       const uint32_t off = (ks >> 2) * BLK + (ks & 3) * 32;
-      wgmma_ss_n64<T>(sacc, sw128_desc_at(qa, off), sw128_desc_at(kb, off), ks > 0);
+      if (CHAINS == 2 && (ks & 1))
+        wgmma_ss_n64<T>(sb, sw128_desc_at(qa, off), sw128_desc_at(kb, off), ks > 1);
+      else
+        wgmma_ss_n64<T>(sacc, sw128_desc_at(qa, off), sw128_desc_at(kb, off), ks >= CHAINS);
     }
     wgmma_commit();
   }
   // O[:, 256 wg + [0, 256)) += P V over the tile's 64 keys (V = latent blocks 4 wg .. 4 wg + 3,
   // MN-major: the next 64 columns are BLK bytes on).
-  // P is the 64 x 64 block at p_at (p_addr(), or the stage's dead rope block in the one-scorer
-  // schedule).
-  __device__ __forceinline__ void issue_pv(int s, int wg, float (&acc)[2][16][4],
-                                           uint32_t p_at) const {
-    const uint32_t pa = sw128_desc_lo(p_at, 16),
+  __device__ __forceinline__ void issue_pv(int s, int wg, float (&acc)[2][16][4]) const {
+    const uint32_t pa = sw128_desc_lo(p_at(s), 16),
                    vb = sw128_desc_lo(stage(s) + 4 * wg * BLK, BLK);
     wgmma_fence();
 #pragma unroll
@@ -271,145 +269,6 @@ struct MlaWgmma {
     }
   }
 
-  __device__ void consume(const DecodeParams& p, const DecodeEntry& e, int ntiles, int wg) const {
-    const int tw = threadIdx.x & 127, lane = tw & 31, warp = tw >> 5;
-    const int quad = lane & 3;
-    // This thread's rows of the accumulators: r and r + 8.
-    const int r0 = warp * 16 + (lane >> 2);
-    KeyRange rr[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int gr = e.row0 + r0 + 8 * i;
-      rr[i] = gr < e.rows_total ? visible_keys(p, gr / p.group, e.q_len, e.kv_len) : KeyRange{1, 0};
-    }
-    // logit = softcap(scale * s), in base 2.
-    const float mul = p.scale * kLog2e;
-    const float cin = CAP ? p.scale / p.softcap : 0.f, cout = CAP ? p.softcap * kLog2e : 0.f;
-
-    float acc[2][16][4];
-#pragma unroll
-    for (int nh = 0; nh < 2; ++nh)
-#pragma unroll
-      for (int u = 0; u < 16; ++u)
-        acc[nh][u][0] = acc[nh][u][1] = acc[nh][u][2] = acc[nh][u][3] = 0.f;
-    float m_run[2] = {-INFINITY, -INFINITY}, l_part[2] = {0.f, 0.f};
-
-    if (ntiles > 0) mbar_wait(q_full(), 0);
-    for (int j = 0; j < ntiles; ++j) {
-      const int s = j % S;
-      mbar_wait(full(s), (j / S) & 1);
-      fence_proxy_async_smem();  // cp.async wrote the stage through the generic proxy
-      float sacc[4][4];
-      issue_s(s, wg, sacc);
-      wgmma_wait<0>();
-      reg_fence(sacc);
-
-      // Logits, the key-range mask and this warpgroup's row maxima. The mask is skipped where
-      // this thread's 32 keys lie inside both its rows' ranges (all but a decode's last tile).
-      const int k0 = e.begin + j * N + 32 * wg, kbase = k0 + 2 * quad;
-      const bool inside =
-          k0 >= max(rr[0].lo, rr[1].lo) && k0 + 31 <= min(rr[0].hi, rr[1].hi) && k0 + 31 < e.end;
-      float mx[2] = {-INFINITY, -INFINITY};
-      auto logits = [&](auto mask) {
-#pragma unroll
-        for (int u = 0; u < 4; ++u)
-#pragma unroll
-          for (int x = 0; x < 4; ++x) {
-            const int i = x >> 1, key = kbase + 8 * u + (x & 1);
-            float v = CAP ? cout * tanhf(sacc[u][x] * cin) : sacc[u][x] * mul;
-            if constexpr (decltype(mask)::value)
-              v = key >= rr[i].lo && key <= rr[i].hi && key < e.end ? v : -INFINITY;
-            sacc[u][x] = v;
-            mx[i] = fmaxf(mx[i], v);
-          }
-      };
-      if (inside)
-        logits(std::false_type{});
-      else
-        logits(std::true_type{});
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        mx[i] = fmaxf(mx[i], __shfl_xor_sync(~0u, mx[i], 1));
-        mx[i] = fmaxf(mx[i], __shfl_xor_sync(~0u, mx[i], 2));
-        if (quad == 0) st_shared_f32(red(wg, r0 + 8 * i), mx[i]);
-      }
-      named_barrier_sync<1, 256>();
-      // Lazy rescale (FlashAttention-4's): while no row of the warp has a max more than
-      // kLazyRescaleLog2 above its running one, the running maxima stay (alpha exactly 1, so
-      // the O rescale below is skipped); probabilities then reach at most 2^8. Both warpgroups
-      // see the same maxima of the same rows, so they decide alike.
-      float alpha[2], m_use[2], m_new[2];
-      bool keep = true;
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int r = r0 + 8 * i;
-        m_new[i] = fmaxf(m_run[i], fmaxf(ld_shared_f32(red(0, r)), ld_shared_f32(red(1, r))));
-        keep = keep && lazy_keeps(m_new[i], m_run[i]);  // false while m_run is -inf
-      }
-      if (__all_sync(~0u, keep)) {
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          alpha[i] = 1.f;
-          m_use[i] = m_run[i];
-        }
-      } else {
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          alpha[i] = m_new[i] == -INFINITY ? 1.f : exp2f(m_run[i] - m_new[i]);
-          m_use[i] = m_new[i] == -INFINITY ? 0.f : m_new[i];
-          m_run[i] = m_new[i];
-          l_part[i] *= alpha[i];
-        }
-      }
-      // P (16-bit) into the swizzled block: row r, keys 32 wg + 8 u + 2 quad + {0, 1}.
-      const uint32_t pbase = p_addr() + quad * 4;
-#pragma unroll
-      for (int u = 0; u < 4; ++u)
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          const float p0 = exp2f(sacc[u][2 * i] - m_use[i]);
-          const float p1 = exp2f(sacc[u][2 * i + 1] - m_use[i]);
-          l_part[i] += p0 + p1;
-          const int r = r0 + 8 * i, chunk = 4 * wg + u;
-          const uint32_t a = pbase + r * 128 + ((chunk ^ (r & 7)) << 4);
-          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(pack2<T>(p0, p1)) : "memory");
-        }
-      fence_proxy_async_smem();  // P is read by wgmma (async proxy)
-      named_barrier_sync<2, 256>();
-      // O's rescale, skipped by a warp whose rows' maxima all held (most tiles after the first).
-      if (__any_sync(~0u, alpha[0] != 1.f || alpha[1] != 1.f)) {
-#pragma unroll
-        for (int nh = 0; nh < 2; ++nh)
-#pragma unroll
-          for (int u = 0; u < 16; ++u) {
-            acc[nh][u][0] *= alpha[0];
-            acc[nh][u][1] *= alpha[0];
-            acc[nh][u][2] *= alpha[1];
-            acc[nh][u][3] *= alpha[1];
-          }
-      }
-      issue_pv(s, wg, acc, p_addr());
-      wgmma_wait<0>();
-#pragma unroll
-      for (int nh = 0; nh < 2; ++nh) reg_fence(acc[nh]);
-      mbar_arrive(empty(s));
-    }
-
-    // Row sums: across the quad, then the two warpgroups.
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      l_part[i] += __shfl_xor_sync(~0u, l_part[i], 1);
-      l_part[i] += __shfl_xor_sync(~0u, l_part[i], 2);
-      if (quad == 0) st_shared_f32(lsum(wg, r0 + 8 * i), l_part[i]);
-    }
-    named_barrier_sync<3, 256>();
-    float l[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-      l[i] = ld_shared_f32(lsum(0, r0 + 8 * i)) + ld_shared_f32(lsum(1, r0 + 8 * i));
-    finish(p, e, wg, acc, m_run, l);
-  }
-
   // The one-scorer schedule (FlashInfer's split of the work): warpgroup 1 computes S for the
   // tile's 64 keys on m64n64k16 (Q is read once per tile, not once per warpgroup: 144 KB of
   // operand reads per tile instead of 216), runs the softmax for whole rows (no maxima exchange),
@@ -417,8 +276,7 @@ struct MlaWgmma {
   // both warpgroups free it) and the rows' rescale factors into red(j % 2, .), and meets
   // warpgroup 0 at named barrier 1; then both warpgroups run their P V halves. Warpgroup 1 owns
   // the row maxima and sums and hands them over at the end (lsum(0 / 1, .), barrier 3).
-  __device__ void consume_scorer(const DecodeParams& p, const DecodeEntry& e, int ntiles,
-                                 int wg) const {
+  __device__ void consume(const DecodeParams& p, const DecodeEntry& e, int ntiles, int wg) const {
     const int tw = threadIdx.x & 127, lane = tw & 31, warp = tw >> 5;
     const int quad = lane & 3;
     const int r0 = warp * 16 + (lane >> 2);
@@ -443,7 +301,7 @@ struct MlaWgmma {
     };
     auto pv = [&](int j) {
       const int s = j % S;
-      issue_pv(s, wg, acc, stage(s) + (DV / 64) * BLK);
+      issue_pv(s, wg, acc);
       wgmma_wait<0>();
 #pragma unroll
       for (int nh = 0; nh < 2; ++nh) reg_fence(acc[nh]);
@@ -482,10 +340,17 @@ struct MlaWgmma {
       const int s = j % S;
       mbar_wait(full(s), (j / S) & 1);
       fence_proxy_async_smem();
-      float sacc[8][4];
-      issue_s64(s, sacc);
+      float sacc[8][4], sb[8][4];
+      issue_s(s, sacc, sb);
       wgmma_wait<0>();
       reg_fence(sacc);
+      if constexpr (CHAINS == 2) {
+        reg_fence(sb);
+#pragma unroll
+        for (int u = 0; u < 8; ++u)
+#pragma unroll
+          for (int x = 0; x < 4; ++x) sacc[u][x] += sb[u][x];
+      }
       const int k0 = e.begin + j * N, kbase = k0 + 2 * quad;
       const bool inside =
           k0 >= max(rr[0].lo, rr[1].lo) && k0 + N - 1 <= min(rr[0].hi, rr[1].hi) &&
@@ -517,7 +382,10 @@ struct MlaWgmma {
         mx[i] = fmaxf(m_run[i], mx[i]);
         keep = keep && lazy_keeps(mx[i], m_run[i]);  // false while m_run is -inf
       }
-      if (__all_sync(~0u, keep)) {  // lazy rescale, per warp (its 16 rows), as consume()
+      // Lazy rescale (FlashAttention-4's), per warp (its 16 rows): while no row's maximum grew
+      // by more than kLazyRescaleLog2 the running maxima stay (alpha exactly 1: warpgroup 0's
+      // rescale is skipped too); probabilities then reach at most 2^8.
+      if (__all_sync(~0u, keep)) {
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
           alpha[i] = 1.f;
@@ -533,7 +401,7 @@ struct MlaWgmma {
         }
       }
       // P (16-bit) into the stage's rope block: row r, keys 8 u + 2 quad + {0, 1} (chunk u).
-      const uint32_t pbase = stage(s) + (DV / 64) * BLK + quad * 4;
+      const uint32_t pbase = p_at(s) + quad * 4;
 #pragma unroll
       for (int u = 0; u < 8; ++u)
 #pragma unroll
@@ -585,7 +453,7 @@ __device__ __forceinline__ bool mla_begin(const DecodeParams& p, DecodeEntry& e,
   return true;
 }
 
-template <typename T, bool CAP, bool SCORER>
+template <typename T, bool CAP, int CHAINS>
 __global__ void __launch_bounds__(MlaWgmmaConfig::THREADS, 1)
     mla_wgmma_kernel(const DecodeParams p) {
 #ifdef FLASHBACK_WGMMA
@@ -593,17 +461,14 @@ __global__ void __launch_bounds__(MlaWgmmaConfig::THREADS, 1)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   DecodeEntry e;
   int ntiles;
-  MlaWgmma<T, CAP> k;
+  MlaWgmma<T, CAP, CHAINS> k;
   if (!mla_begin<T, Cfg::ROWS>(p, e, ntiles, k, smem_raw)) return;
   if (threadIdx.x >= 256) {
     regs_shrink<Cfg::PRODUCER_REGS>();
     k.produce(p, e, ntiles);
   } else {
     regs_grow<Cfg::CONSUMER_REGS>();
-    if constexpr (SCORER)
-      k.consume_scorer(p, e, ntiles, threadIdx.x / 128);
-    else
-      k.consume(p, e, ntiles, threadIdx.x / 128);
+    k.consume(p, e, ntiles, threadIdx.x / 128);
   }
 #else
   __trap();  // launched only where the host found sm_90a code and a 9.0 device (dispatch.cu)
