@@ -61,15 +61,15 @@ void launch_mla_wgmma(const DecodeParams& p, int m_tiles, cudaStream_t stream) {
   const dim3 grid(p.num_splits, p.heads_kv * p.row_blocks, p.batch);
   if (m_tiles == 1) return launch_mla_narrow<T, 16>(p, grid, stream);
   if (m_tiles == 2) return launch_mla_narrow<T, 32>(p, grid, stream);
-  // FLASHBACK_MLA_S_CHAINS=2: S as two accumulator chains (A/B).
-  static const bool two = env_value("FLASHBACK_MLA_S_CHAINS") == "2";
+  // FLASHBACK_MLA_O_SPLIT=3: warpgroup 0 holds 384 of O's 512 columns (A/B).
+  static const bool three = env_value("FLASHBACK_MLA_O_SPLIT") == "3";
   auto go = [&](auto kernel) {
     launch_with_smem(kernel, grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream, p, "mla_wgmma_kernel");
   };
   if (p.softcap > 0.f)
-    two ? go(mla_wgmma_kernel<T, true, 2>) : go(mla_wgmma_kernel<T, true, 1>);
+    three ? go(mla_wgmma_kernel<T, true, 3>) : go(mla_wgmma_kernel<T, true, 2>);
   else
-    two ? go(mla_wgmma_kernel<T, false, 2>) : go(mla_wgmma_kernel<T, false, 1>);
+    three ? go(mla_wgmma_kernel<T, false, 3>) : go(mla_wgmma_kernel<T, false, 2>);
 }
 
 template <int D, int DV, bool QV, typename T, int MT>

@@ -61,10 +61,20 @@ struct MlaWgmmaConfig {
   static constexpr int BARS = 2 * STAGES + 1;           // full, empty per stage; q_full
   static constexpr int SMEM_BYTES =
       1024 + Q_BYTES + STAGES * STAGE_BYTES + RED_BYTES + 8 * BARS;
-  static constexpr int PRODUCER_REGS = 56, CONSUMER_REGS = 224;  // 128 x 56 + 256 x 224 <= 64K
+  // Registers per thread of the producer and of consumer warpgroup wg when warpgroup 0 holds
+  // NB0 of O's four 128-column blocks: 128 x (56 + both) <= 64K.
+  static constexpr int PRODUCER_REGS = 56;
+  static constexpr int consumer_regs(int nb0, int wg) {
+    return nb0 == 2 ? 224 : wg == 0 ? 240 : 216;
+  }
   static_assert(SMEM_BYTES <= 227 * 1024, "shared memory per CTA exceeds 227 KB");
   static_assert(ROWS * N * 2 == N * 128, "P (16-bit) fits the tile's rope block");
 };
+static_assert(MlaWgmmaConfig::PRODUCER_REGS + MlaWgmmaConfig::consumer_regs(3, 0) +
+                      MlaWgmmaConfig::consumer_regs(3, 1) <=
+                  512 &&
+              MlaWgmmaConfig::PRODUCER_REGS + 2 * MlaWgmmaConfig::consumer_regs(2, 0) <= 512,
+              "128 threads x (producer + consumer registers) within the SM's 64K");
 
 // An fp32 at a shared-memory address (row statistics the warps or warpgroups exchange).
 __device__ __forceinline__ void st_shared_f32(uint32_t a, float v) {
@@ -136,7 +146,7 @@ __device__ __forceinline__ void mla_copy_tiles(const DecodeParams& p, const Deco
   }
 }
 
-template <typename T, bool CAP, int CHAINS = 1>
+template <typename T, bool CAP, int NB0 = 2>
 struct MlaWgmma {
   using Cfg = MlaWgmmaConfig;
   static constexpr int N = Cfg::N, ROWS = Cfg::ROWS, S = Cfg::STAGES, DV = Cfg::DV;
@@ -198,42 +208,60 @@ struct MlaWgmma {
   }
 
   // S = Q K^T for all 64 keys of stage s: 36 steps of m64n64k16, Q and K from shared memory
-  // (4 KB of operands per 32 clocks of tensor work). CHAINS == 2: the odd steps accumulate into
-  // sb (two independent chains, summed by the caller).
-  __device__ __forceinline__ void issue_s(int s, float (&sacc)[8][4], float (&sb)[8][4]) const {
+  // (4 KB of operands per 32 clocks of tensor work).
+  __device__ __forceinline__ void issue_s(int s, float (&sacc)[8][4]) const {
     const uint32_t qa = sw128_desc_lo(q_addr(), 16), kb = sw128_desc_lo(stage(s), 16);
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < Cfg::BLOCKS * 4; ++ks) {
       const uint32_t off = (ks >> 2) * BLK + (ks & 3) * 32;
-      if (CHAINS == 2 && (ks & 1))
-        wgmma_ss_n64<T>(sb, sw128_desc_at(qa, off), sw128_desc_at(kb, off), ks > 1);
-      else
-        wgmma_ss_n64<T>(sacc, sw128_desc_at(qa, off), sw128_desc_at(kb, off), ks >= CHAINS);
+      wgmma_ss_n64<T>(sacc, sw128_desc_at(qa, off), sw128_desc_at(kb, off), ks > 0);
     }
     wgmma_commit();
   }
-  // O[:, 256 wg + [0, 256)) += P V over the tile's 64 keys (V = latent blocks 4 wg .. 4 wg + 3,
-  // MN-major: the next 64 columns are BLK bytes on).
-  __device__ __forceinline__ void issue_pv(int s, int wg, float (&acc)[2][16][4]) const {
-    const uint32_t pa = sw128_desc_lo(p_at(s), 16),
-                   vb = sw128_desc_lo(stage(s) + 4 * wg * BLK, BLK);
+  // O[:, 64 b0 + [0, 128 NB)) += P V over the tile's 64 keys (V = latent blocks b0 .. b0 + 2 NB
+  // - 1, MN-major: the next 64 columns are BLK bytes on).
+  template <int NB>
+  __device__ __forceinline__ void issue_pv(int s, int b0, float (&acc)[NB][16][4]) const {
+    const uint32_t pa = sw128_desc_lo(p_at(s), 16), vb = sw128_desc_lo(stage(s) + b0 * BLK, BLK);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < N / 16; ++kk)
 #pragma unroll
-      for (int nh = 0; nh < 2; ++nh)
+      for (int nh = 0; nh < NB; ++nh)
         wgmma_ss_n128<T, true>(acc[nh], sw128_desc_at(pa, kk * 32),
                                sw128_desc_at(vb, 2 * nh * BLK + kk * 16 * 128), true);
     wgmma_commit();
   }
+  // P V of tile j into acc (after rescaling it by the rows' factors), then the stage freed.
+  template <int NB>
+  __device__ __forceinline__ void pv(int j, int b0, float (&acc)[NB][16][4],
+                                     const float (&alpha)[2]) const {
+    if (__any_sync(~0u, alpha[0] != 1.f || alpha[1] != 1.f)) {
+#pragma unroll
+      for (int nh = 0; nh < NB; ++nh)
+#pragma unroll
+        for (int u = 0; u < 16; ++u) {
+          acc[nh][u][0] *= alpha[0];
+          acc[nh][u][1] *= alpha[0];
+          acc[nh][u][2] *= alpha[1];
+          acc[nh][u][3] *= alpha[1];
+        }
+    }
+    issue_pv<NB>(j % S, b0, acc);
+    wgmma_wait<0>();
+#pragma unroll
+    for (int nh = 0; nh < NB; ++nh) reg_fence(acc[nh]);
+    mbar_arrive(empty(j % S));
+  }
 
-  // The epilogue of both schedules: this warpgroup's 256 output columns of the thread's rows
-  // r0 and r0 + 8 normalised by their row sums l, and (warpgroup 0) their LSE, to the output or
-  // the split workspace.
+  // The epilogue: output columns 64 b0 + [0, 128 NB) of the thread's rows r0 and r0 + 8
+  // normalised by their row sums l, and (warpgroup 0) their LSE, to the output or the split
+  // workspace.
+  template <int NB>
   __device__ __forceinline__ void finish(const DecodeParams& p, const DecodeEntry& e, int wg,
-                                         const float (&acc)[2][16][4], const float (&m)[2],
-                                         const float (&l)[2]) const {
+                                         int b0, const float (&acc)[NB][16][4],
+                                         const float (&m)[2], const float (&l)[2]) const {
     const int tw = threadIdx.x & 127, lane = tw & 31, quad = lane & 3;
     const int r0 = (tw >> 5) * 16 + (lane >> 2);
 #pragma unroll
@@ -250,10 +278,10 @@ struct MlaWgmma {
       }
       const float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;
 #pragma unroll
-      for (int nh = 0; nh < 2; ++nh)
+      for (int nh = 0; nh < NB; ++nh)
 #pragma unroll
         for (int u = 0; u < 16; ++u) {
-          const int col = 256 * wg + 128 * nh + 8 * u + 2 * quad;
+          const int col = 64 * b0 + 128 * nh + 8 * u + 2 * quad;
           const float o0 = acc[nh][u][2 * i] * inv, o1 = acc[nh][u][2 * i + 1] * inv;
           if (p.use_workspace) {
             float* w = p.ws_o +
@@ -269,63 +297,42 @@ struct MlaWgmma {
     }
   }
 
-  // The one-scorer schedule (FlashInfer's split of the work): warpgroup 1 computes S for the
-  // tile's 64 keys on m64n64k16 (Q is read once per tile, not once per warpgroup: 144 KB of
-  // operand reads per tile instead of 216), runs the softmax for whole rows (no maxima exchange),
-  // writes P into the stage's rope block (dead once S is done; the stage is refilled only after
-  // both warpgroups free it) and the rows' rescale factors into red(j % 2, .), and meets
-  // warpgroup 0 at named barrier 1; then both warpgroups run their P V halves. Warpgroup 1 owns
-  // the row maxima and sums and hands them over at the end (lsum(0 / 1, .), barrier 3).
-  __device__ void consume(const DecodeParams& p, const DecodeEntry& e, int ntiles, int wg) const {
-    const int tw = threadIdx.x & 127, lane = tw & 31, warp = tw >> 5;
-    const int quad = lane & 3;
-    const int r0 = warp * 16 + (lane >> 2);
-    float acc[2][16][4];
-#pragma unroll
-    for (int nh = 0; nh < 2; ++nh)
-#pragma unroll
-      for (int u = 0; u < 16; ++u)
-        acc[nh][u][0] = acc[nh][u][1] = acc[nh][u][2] = acc[nh][u][3] = 0.f;
-    auto rescale = [&](const float (&alpha)[2]) {
-      if (__any_sync(~0u, alpha[0] != 1.f || alpha[1] != 1.f)) {
-#pragma unroll
-        for (int nh = 0; nh < 2; ++nh)
-#pragma unroll
-          for (int u = 0; u < 16; ++u) {
-            acc[nh][u][0] *= alpha[0];
-            acc[nh][u][1] *= alpha[0];
-            acc[nh][u][2] *= alpha[1];
-            acc[nh][u][3] *= alpha[1];
-          }
-      }
-    };
-    auto pv = [&](int j) {
-      const int s = j % S;
-      issue_pv(s, wg, acc);
-      wgmma_wait<0>();
-#pragma unroll
-      for (int nh = 0; nh < 2; ++nh) reg_fence(acc[nh]);
-      mbar_arrive(empty(s));
-    };
-    float m_fin[2], l_fin[2];
-    if (wg == 0) {
-      for (int j = 0; j < ntiles; ++j) {
-        named_barrier_sync<1, 256>();  // P(j) and its factors written
-        mbar_wait(full(j % S), (j / S) & 1);  // V of the stage, seen by this warpgroup too
-        fence_proxy_async_smem();
-        const float alpha[2] = {ld_shared_f32(red(j & 1, r0)), ld_shared_f32(red(j & 1, r0 + 8))};
-        rescale(alpha);
-        pv(j);
-      }
-      named_barrier_sync<3, 256>();
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        l_fin[i] = ld_shared_f32(lsum(0, r0 + 8 * i));
-        m_fin[i] = ld_shared_f32(lsum(1, r0 + 8 * i));
-      }
-      finish(p, e, wg, acc, m_fin, l_fin);
-      return;
+  // Warpgroup 0: O's first 128 NB0 columns. Per tile it waits for P and the rows' rescale
+  // factors (named barrier 1), then runs its P V; at the end it takes the row maxima and sums
+  // from warpgroup 1 (barrier 3).
+  __device__ void consume_pv(const DecodeParams& p, const DecodeEntry& e, int ntiles) const {
+    const int tw = threadIdx.x & 127, lane = tw & 31;
+    const int r0 = (tw >> 5) * 16 + (lane >> 2);
+    float acc[NB0][16][4] = {};
+    for (int j = 0; j < ntiles; ++j) {
+      named_barrier_sync<1, 256>();  // P(j) and its factors written
+      mbar_wait(full(j % S), (j / S) & 1);  // V of the stage, seen by this warpgroup too
+      fence_proxy_async_smem();
+      const float alpha[2] = {ld_shared_f32(red(j & 1, r0)), ld_shared_f32(red(j & 1, r0 + 8))};
+      pv<NB0>(j, 0, acc, alpha);
     }
+    named_barrier_sync<3, 256>();
+    float m[2], l[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      l[i] = ld_shared_f32(lsum(0, r0 + 8 * i));
+      m[i] = ld_shared_f32(lsum(1, r0 + 8 * i));
+    }
+    finish<NB0>(p, e, 0, 0, acc, m, l);
+  }
+
+  // Warpgroup 1, the scorer (FlashInfer's split of the work): S for the tile's 64 keys on
+  // m64n64k16 (Q read once per tile: 144 KB of operand reads where splitting the keys between
+  // two warpgroups read 216), the softmax of whole rows (no exchange of maxima), P into the
+  // tile's rope block and the rows' rescale factors into red(j % 2, .), named barrier 1; then
+  // its P V of O's last 512 - 128 NB0 columns. It owns the row maxima and sums and hands them
+  // to warpgroup 0 at the end (lsum(0 / 1, .), barrier 3).
+  __device__ void consume_scores(const DecodeParams& p, const DecodeEntry& e, int ntiles) const {
+    constexpr int NB1 = DV / 128 - NB0, B1 = 2 * NB0;  // its n128 blocks, first latent block
+    const int tw = threadIdx.x & 127, lane = tw & 31;
+    const int quad = lane & 3;
+    const int r0 = (tw >> 5) * 16 + (lane >> 2);
+    float acc[NB1][16][4] = {};
     KeyRange rr[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -340,17 +347,10 @@ struct MlaWgmma {
       const int s = j % S;
       mbar_wait(full(s), (j / S) & 1);
       fence_proxy_async_smem();
-      float sacc[8][4], sb[8][4];
-      issue_s(s, sacc, sb);
+      float sacc[8][4];
+      issue_s(s, sacc);
       wgmma_wait<0>();
       reg_fence(sacc);
-      if constexpr (CHAINS == 2) {
-        reg_fence(sb);
-#pragma unroll
-        for (int u = 0; u < 8; ++u)
-#pragma unroll
-          for (int x = 0; x < 4; ++x) sacc[u][x] += sb[u][x];
-      }
       const int k0 = e.begin + j * N, kbase = k0 + 2 * quad;
       const bool inside =
           k0 >= max(rr[0].lo, rr[1].lo) && k0 + N - 1 <= min(rr[0].hi, rr[1].hi) &&
@@ -419,8 +419,7 @@ struct MlaWgmma {
       }
       fence_proxy_async_smem();  // P is read by wgmma (async proxy)
       named_barrier_sync<1, 256>();
-      rescale(alpha);
-      pv(j);
+      pv<NB1>(j, B1, acc, alpha);
     }
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -432,7 +431,7 @@ struct MlaWgmma {
       }
     }
     named_barrier_sync<3, 256>();
-    finish(p, e, wg, acc, m_run, l_part);
+    finish<NB1>(p, e, 1, B1, acc, m_run, l_part);
   }
 };
 
@@ -453,7 +452,7 @@ __device__ __forceinline__ bool mla_begin(const DecodeParams& p, DecodeEntry& e,
   return true;
 }
 
-template <typename T, bool CAP, int CHAINS>
+template <typename T, bool CAP, int NB0>
 __global__ void __launch_bounds__(MlaWgmmaConfig::THREADS, 1)
     mla_wgmma_kernel(const DecodeParams p) {
 #ifdef FLASHBACK_WGMMA
@@ -461,14 +460,17 @@ __global__ void __launch_bounds__(MlaWgmmaConfig::THREADS, 1)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   DecodeEntry e;
   int ntiles;
-  MlaWgmma<T, CAP, CHAINS> k;
+  MlaWgmma<T, CAP, NB0> k;
   if (!mla_begin<T, Cfg::ROWS>(p, e, ntiles, k, smem_raw)) return;
   if (threadIdx.x >= 256) {
     regs_shrink<Cfg::PRODUCER_REGS>();
     k.produce(p, e, ntiles);
+  } else if (threadIdx.x < 128) {
+    regs_grow<Cfg::consumer_regs(NB0, 0)>();
+    k.consume_pv(p, e, ntiles);
   } else {
-    regs_grow<Cfg::CONSUMER_REGS>();
-    k.consume(p, e, ntiles, threadIdx.x / 128);
+    regs_grow<Cfg::consumer_regs(NB0, 1)>();
+    k.consume_scores(p, e, ntiles);
   }
 #else
   __trap();  // launched only where the host found sm_90a code and a 9.0 device (dispatch.cu)
