@@ -62,19 +62,23 @@ struct MlaWgmmaConfig {
   static constexpr int SMEM_BYTES =
       1024 + Q_BYTES + STAGES * STAGE_BYTES + RED_BYTES + 8 * BARS;
   // Registers per thread of the producer and of consumer warpgroup wg when warpgroup 0 holds
-  // NB0 of O's four 128-column blocks: 128 x (56 + both) <= 64K.
+  // NB0 of O's four 128-column blocks. setmaxnreg moves registers within the CTA's launch
+  // allocation (168 per thread at 384 threads, one CTA per SM), so the three warpgroups' counts
+  // sum to at most 3 x 168 = 504; asking more never returns (the CTA hangs in setmaxnreg).
   static constexpr int PRODUCER_REGS = 56;
+  static constexpr int REG_POOL = 3 * (65536 / THREADS / 8 * 8);  // 504
   static constexpr int consumer_regs(int nb0, int wg) {
-    return nb0 == 2 ? 224 : wg == 0 ? 240 : 216;
+    return nb0 == 2 ? 224 : wg == 0 ? 240 : 208;
   }
   static_assert(SMEM_BYTES <= 227 * 1024, "shared memory per CTA exceeds 227 KB");
   static_assert(ROWS * N * 2 == N * 128, "P (16-bit) fits the tile's rope block");
 };
 static_assert(MlaWgmmaConfig::PRODUCER_REGS + MlaWgmmaConfig::consumer_regs(3, 0) +
                       MlaWgmmaConfig::consumer_regs(3, 1) <=
-                  512 &&
-              MlaWgmmaConfig::PRODUCER_REGS + 2 * MlaWgmmaConfig::consumer_regs(2, 0) <= 512,
-              "128 threads x (producer + consumer registers) within the SM's 64K");
+                  MlaWgmmaConfig::REG_POOL &&
+              MlaWgmmaConfig::PRODUCER_REGS + 2 * MlaWgmmaConfig::consumer_regs(2, 0) <=
+                  MlaWgmmaConfig::REG_POOL,
+              "the warpgroups' setmaxnreg counts within the CTA's launch allocation");
 
 // An fp32 at a shared-memory address (row statistics the warps or warpgroups exchange).
 __device__ __forceinline__ void st_shared_f32(uint32_t a, float v) {
