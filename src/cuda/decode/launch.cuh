@@ -7,7 +7,6 @@
 #include <cuda_runtime.h>
 
 #include "cuda/common/launch.cuh"
-#include "cuda/env.h"
 #include "cuda/decode/kernel.cuh"
 #include "cuda/decode/launch.h"
 #include "cuda/decode/mla_narrow.cuh"
@@ -61,15 +60,12 @@ void launch_mla_wgmma(const DecodeParams& p, int m_tiles, cudaStream_t stream) {
   const dim3 grid(p.num_splits, p.heads_kv * p.row_blocks, p.batch);
   if (m_tiles == 1) return launch_mla_narrow<T, 16>(p, grid, stream);
   if (m_tiles == 2) return launch_mla_narrow<T, 32>(p, grid, stream);
-  // FLASHBACK_MLA_O_SPLIT=3: warpgroup 0 holds 384 of O's 512 columns (A/B).
-  static const bool three = env_value("FLASHBACK_MLA_O_SPLIT") == "3";
-  auto go = [&](auto kernel) {
-    launch_with_smem(kernel, grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream, p, "mla_wgmma_kernel");
-  };
   if (p.softcap > 0.f)
-    three ? go(mla_wgmma_kernel<T, true, 3>) : go(mla_wgmma_kernel<T, true, 2>);
+    launch_with_smem(mla_wgmma_kernel<T, true>, grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream, p,
+                     "mla_wgmma_kernel");
   else
-    three ? go(mla_wgmma_kernel<T, false, 3>) : go(mla_wgmma_kernel<T, false, 2>);
+    launch_with_smem(mla_wgmma_kernel<T, false>, grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream, p,
+                     "mla_wgmma_kernel");
 }
 
 template <int D, int DV, bool QV, typename T, int MT>

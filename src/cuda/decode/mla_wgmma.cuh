@@ -456,7 +456,9 @@ __device__ __forceinline__ bool mla_begin(const DecodeParams& p, DecodeEntry& e,
   return true;
 }
 
-template <typename T, bool CAP, int NB0>
+// NB0: O's 128-column blocks held by warpgroup 0 (2: half each; 3: the scorer keeps one, so its
+// P V is short — branch mla-osplit-experiment, built but not yet timed).
+template <typename T, bool CAP, int NB0 = 2>
 __global__ void __launch_bounds__(MlaWgmmaConfig::THREADS, 1)
     mla_wgmma_kernel(const DecodeParams p) {
 #ifdef FLASHBACK_WGMMA
