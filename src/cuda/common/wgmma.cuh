@@ -101,8 +101,8 @@ __device__ __forceinline__ void wgmma_ss_n128(float (&d)[16][4], uint64_t a, uin
 }
 
 // The 32 fp32 accumulators of an m64n64 tile (8 n8 blocks of 4, layout as above).
-#define FLASHBACK_WG_D64                                                             \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "          \
+#define FLASHBACK_WG_D64                                                    \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
 #define FLASHBACK_WG_ACC64                                                                      \
   "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),     \

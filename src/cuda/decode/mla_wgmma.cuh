@@ -4,7 +4,7 @@
 //
 // Why a kernel of its own: with 128 heads sharing each latent row, MLA decode does ~240 FLOPs
 // per cache byte and is compute-bound (docs/PERFORMANCE_GPU.md); the mma.sync kernel, S through
-// shared memory, reached 59 TFLOP/s; this one ~440 (mla_decode_b64_L4k_h128 on the H200).
+// shared memory, reached 59 TFLOP/s; this one 445 (mla_decode_b64_L4k_h128 on the H200).
 //
 // Shape (FlashInfer's split of the work, FlashMLA's split of the output):
 //   - Warpgroup 2 produces: Q once (the 512 q_nope columns as blocks 0-7 and the 64 q_rope ones
@@ -18,6 +18,7 @@
 //   - Warpgroup w (0 or 1) does O[:, 256 w, 256 w + 256) += P V over the tile's 64 keys
 //     (m64n128k16, P and V from shared memory: V is the latent block, read MN-major), after
 //     rescaling its O by the factors, and frees the stage. Warpgroup 0 idles while 1 scores.
+//     (The split of O's columns is the template parameter NB0; main launches the halves.)
 //   - The row sums stay partial per thread until the end, then are summed across the quad and
 //     handed to warpgroup 0 with the maxima (barrier 3).
 // 16-bit caches only (the mma.sync kernel takes fp8), softcap and every key-range rule as the
@@ -59,8 +60,7 @@ struct MlaWgmmaConfig {
   static constexpr int STAGE_BYTES = BLOCKS * N * 128;  // 72 KB
   static constexpr int RED_BYTES = 2 * 2 * ROWS * 4;    // rescale factors (2 tiles), m and l
   static constexpr int BARS = 2 * STAGES + 1;           // full, empty per stage; q_full
-  static constexpr int SMEM_BYTES =
-      1024 + Q_BYTES + STAGES * STAGE_BYTES + RED_BYTES + 8 * BARS;
+  static constexpr int SMEM_BYTES = 1024 + Q_BYTES + STAGES * STAGE_BYTES + RED_BYTES + 8 * BARS;
   // Registers per thread of the producer and of consumer warpgroup wg when warpgroup 0 holds
   // NB0 of O's four 128-column blocks. setmaxnreg moves registers within the CTA's launch
   // allocation (168 per thread at 384 threads, one CTA per SM), so the three warpgroups' counts
@@ -74,10 +74,10 @@ struct MlaWgmmaConfig {
   static_assert(ROWS * N * 2 == N * 128, "P (16-bit) fits the tile's rope block");
 };
 static_assert(MlaWgmmaConfig::PRODUCER_REGS + MlaWgmmaConfig::consumer_regs(3, 0) +
-                      MlaWgmmaConfig::consumer_regs(3, 1) <=
-                  MlaWgmmaConfig::REG_POOL &&
-              MlaWgmmaConfig::PRODUCER_REGS + 2 * MlaWgmmaConfig::consumer_regs(2, 0) <=
-                  MlaWgmmaConfig::REG_POOL,
+                          MlaWgmmaConfig::consumer_regs(3, 1) <=
+                      MlaWgmmaConfig::REG_POOL &&
+                  MlaWgmmaConfig::PRODUCER_REGS + 2 * MlaWgmmaConfig::consumer_regs(2, 0) <=
+                      MlaWgmmaConfig::REG_POOL,
               "the warpgroups' setmaxnreg counts within the CTA's launch allocation");
 
 // An fp32 at a shared-memory address (row statistics the warps or warpgroups exchange).
@@ -156,7 +156,7 @@ struct MlaWgmma {
   static constexpr int N = Cfg::N, ROWS = Cfg::ROWS, S = Cfg::STAGES, DV = Cfg::DV;
   static constexpr int BLK = ROWS * 128;  // bytes of one 64-column block (ROWS == N rows)
 
-  uint32_t base;  // 1024-byte aligned: Q, stages, P, then red / lsum, then the barriers
+  uint32_t base;  // 1024-byte aligned: Q, the stages (P in their rope blocks), red / lsum, barriers
 
   __device__ uint32_t q_addr() const { return base; }
   __device__ uint32_t stage(int s) const { return base + Cfg::Q_BYTES + s * Cfg::STAGE_BYTES; }
@@ -264,8 +264,8 @@ struct MlaWgmma {
   // workspace.
   template <int NB>
   __device__ __forceinline__ void finish(const DecodeParams& p, const DecodeEntry& e, int wg,
-                                         int b0, const float (&acc)[NB][16][4],
-                                         const float (&m)[2], const float (&l)[2]) const {
+                                         int b0, const float (&acc)[NB][16][4], const float (&m)[2],
+                                         const float (&l)[2]) const {
     const int tw = threadIdx.x & 127, lane = tw & 31, quad = lane & 3;
     const int r0 = (tw >> 5) * 16 + (lane >> 2);
 #pragma unroll
@@ -309,7 +309,7 @@ struct MlaWgmma {
     const int r0 = (tw >> 5) * 16 + (lane >> 2);
     float acc[NB0][16][4] = {};
     for (int j = 0; j < ntiles; ++j) {
-      named_barrier_sync<1, 256>();  // P(j) and its factors written
+      named_barrier_sync<1, 256>();         // P(j) and its factors written
       mbar_wait(full(j % S), (j / S) & 1);  // V of the stage, seen by this warpgroup too
       fence_proxy_async_smem();
       const float alpha[2] = {ld_shared_f32(red(j & 1, r0)), ld_shared_f32(red(j & 1, r0 + 8))};
@@ -356,9 +356,8 @@ struct MlaWgmma {
       wgmma_wait<0>();
       reg_fence(sacc);
       const int k0 = e.begin + j * N, kbase = k0 + 2 * quad;
-      const bool inside =
-          k0 >= max(rr[0].lo, rr[1].lo) && k0 + N - 1 <= min(rr[0].hi, rr[1].hi) &&
-          k0 + N - 1 < e.end;
+      const bool inside = k0 >= max(rr[0].lo, rr[1].lo) && k0 + N - 1 <= min(rr[0].hi, rr[1].hi) &&
+                          k0 + N - 1 < e.end;
       float mx[2] = {-INFINITY, -INFINITY};
       auto logits = [&](auto mask) {
 #pragma unroll
