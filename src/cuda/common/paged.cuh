@@ -127,14 +127,14 @@ constexpr int lanes_per_key(int ck, int cv) {
 }
 
 /// Issues the 16-byte copies of NW keys (one warp's): K rows of CK chunks to k_dst (pitch KRAW),
-/// V rows of CV chunks to v_dst (pitch VRAW), key i's rows at the absolute addresses at[i]
-/// (key_src: a key past the range has bit 63 of its V address set, and reads nothing). LPK lanes
-/// share a key: each copy instruction moves LPK contiguous chunks of each of 32 / LPK rows, so it
-/// stays coalesced, and a lane reads each of its NW LPK / 32 keys' offsets once, then issues all of
-/// that key's chunks at constant offsets from two addresses. (The first form spread one key over
-/// all 32 lanes per instruction: one shared load, a 64-bit add and a predicate per chunk, about
-/// ten instructions per 16 bytes.) A key past the range (offset < 0) reads nothing: src-size 0
-/// zero-fills its chunks, from the head's base address. SWZ other than kNone: the stage rows are
+/// V rows of CV chunks to v_dst (pitch VRAW), key i's K and V rows at the absolute addresses
+/// at[i] (KvPipeline::publish writes them). LPK lanes share a key: each copy instruction moves
+/// LPK contiguous chunks of each of 32 / LPK rows, so it stays coalesced, and a lane reads each
+/// of its NW LPK / 32 keys' addresses once, then issues all of that key's chunks at constant
+/// offsets from them. (The first form spread one key over all 32 lanes per instruction: one
+/// shared load, a 64-bit add and a predicate per chunk, about ten instructions per 16 bytes.) A
+/// key past the range has bit 63 of its V address set and reads nothing: src-size 0 zero-fills
+/// its chunks, from the head's base addresses. SWZ other than kNone: the stage rows are
 /// whole 128-byte lines without padding, and chunk x of row r lands at chunk x ^ mask(r) of its
 /// line (r counts from the warp's first key, a multiple of 8; common/row_swizzle.h), so every
 /// copy writes whole lines (decode/config.h, WkLayout::swizzle, says why).
