@@ -1,4 +1,4 @@
-// The long-query kernels' online softmax (src/cuda/prefill/softmax.cuh), eager and lazy, run on
+// The long-query kernels' online softmax (src/cuda/common/softmax.cuh), eager and lazy, run on
 // the CPU under prefill_emu's warp emulation (one warp of 32 host threads, the S fragment layout
 // of m16n8k16) over many tiles, with O's rescale done as the Hopper kernel does it (skipped on a
 // warp vote when every alpha is 1) and one V column, against double precision. The lazy form
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "cuda/common/log2.cuh"
-#include "cuda/prefill/softmax.cuh"
+#include "cuda/common/softmax.cuh"
 
 namespace flashback::cuda::prefill {
 namespace {

@@ -4,7 +4,7 @@
 //
 // Why a kernel of its own: with 128 heads sharing each latent row, MLA decode does ~240 FLOPs
 // per cache byte and is compute-bound (docs/PERFORMANCE_GPU.md); the mma.sync kernel, S through
-// shared memory, reached 59 TFLOP/s; this one 445 (mla_decode_b64_L4k_h128 on the H200).
+// shared memory, reached 59 TFLOP/s; this one 445-462 (mla_decode_b64_L4k_h128 on the H200).
 //
 // Shape (FlashInfer's split of the work, FlashMLA's split of the output):
 //   - Warpgroup 2 produces: Q once (the 512 q_nope columns as blocks 0-7 and the 64 q_rope ones
@@ -13,12 +13,15 @@
 //     cp.async in 128-byte pieces (common/sw128_copy.cuh), arriving on the stage's `full`.
 //   - Warpgroup 1 scores: S for all 64 keys and rows of the tile (36 steps of m64n64k16, Q and K
 //     from shared memory, each read once per tile), the softmax of whole rows (no exchange of
-//     maxima), P (16-bit) into the tile's rope block, dead once S is done, and the rows'
-//     rescale factors into shared memory; then it meets warpgroup 0 (named barrier 1).
-//   - Warpgroup w (0 or 1) does O[:, 256 w, 256 w + 256) += P V over the tile's 64 keys
+//     maxima; common/softmax.cuh, the prefill kernels' too), P (16-bit) into the tile's rope
+//     block, dead once S is done (stmatrix), and the rows' rescale factors into shared memory;
+//     then it meets warpgroup 0 (named barrier 1).
+//   - Both consumers then do O[:, c) += P V over the tile's 64 keys for their columns c
 //     (m64n128k16, P and V from shared memory: V is the latent block, read MN-major), after
-//     rescaling its O by the factors, and frees the stage. Warpgroup 0 idles while 1 scores.
-//     (The split of O's columns is the template parameter NB0; main launches the halves.)
+//     rescaling their O by the factors, and free the stage. Warpgroup 0 holds O's first 384
+//     columns (Cfg::NB0 = 3 of the four 128-column blocks) and the scorer the last 128: the
+//     scorer is the critical path (S, softmax, its P V, S again) and warpgroup 0 idles while
+//     it scores, so the larger share of P V goes to warpgroup 0 (1-2 % faster than halves).
 //   - The row sums stay partial per thread until the end, then are summed across the quad and
 //     handed to warpgroup 0 with the maxima (barrier 3).
 // 16-bit caches only (the mma.sync kernel takes fp8), softcap and every key-range rule as the
@@ -28,8 +31,9 @@
 // warpgroups for S (m64n32k16 each: Q read twice per tile, 216 KB of operand reads against
 // 144) and exchanged row maxima through shared memory; this one is 10 % faster (session 25).
 // Dropped: L2 prefetch of the next tile (session 5), FlashMLA's seesaw and S queued behind the
-// previous tile's P V (session 13: with two 72 KB stages any later release of a stage exposes
-// the next copy).
+// previous tile's P V (session 13, and again in session 26: 1.63x slower; with two 72 KB stages
+// any later release of a stage exposes the next copy; ncu puts ~16 % of the scorer's samples on
+// the full barrier already), P V as m64n256k16 (session 26: within noise).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -42,6 +46,7 @@
 #include "cuda/common/log2.cuh"
 #include "cuda/common/mbarrier.cuh"
 #include "cuda/common/paged.cuh"
+#include "cuda/common/softmax.cuh"
 #include "cuda/common/sw128_copy.cuh"
 #include "cuda/common/wgmma.cuh"
 #include "cuda/decode/entry.cuh"
@@ -61,24 +66,18 @@ struct MlaWgmmaConfig {
   static constexpr int RED_BYTES = 2 * 2 * ROWS * 4;    // rescale factors (2 tiles), m and l
   static constexpr int BARS = 2 * STAGES + 1;           // full, empty per stage; q_full
   static constexpr int SMEM_BYTES = 1024 + Q_BYTES + STAGES * STAGE_BYTES + RED_BYTES + 8 * BARS;
-  // Registers per thread of the producer and of consumer warpgroup wg when warpgroup 0 holds
-  // NB0 of O's four 128-column blocks. setmaxnreg moves registers within the CTA's launch
-  // allocation (168 per thread at 384 threads, one CTA per SM), so the three warpgroups' counts
-  // sum to at most 3 x 168 = 504; asking more never returns (the CTA hangs in setmaxnreg).
-  static constexpr int PRODUCER_REGS = 56;
+  static constexpr int NB0 = 3;  // O's 128-column blocks held by warpgroup 0 (the scorer: the rest)
+  // Registers per thread of the producer, warpgroup 0 (192 accumulators) and the scorer (64,
+  // plus S's 32). setmaxnreg moves registers within the CTA's launch allocation (168 per thread
+  // at 384 threads, one CTA per SM), so the three counts sum to at most 3 x 168 = 504; asking
+  // more never returns (the CTA hangs in setmaxnreg: 240 + 216 + 56 did, session 25).
+  static constexpr int PRODUCER_REGS = 56, PV_REGS = 240, SCORER_REGS = 208;
   static constexpr int REG_POOL = 3 * (65536 / THREADS / 8 * 8);  // 504
-  static constexpr int consumer_regs(int nb0, int wg) {
-    return nb0 == 2 ? 224 : wg == 0 ? 240 : 208;
-  }
   static_assert(SMEM_BYTES <= 227 * 1024, "shared memory per CTA exceeds 227 KB");
   static_assert(ROWS * N * 2 == N * 128, "P (16-bit) fits the tile's rope block");
+  static_assert(PRODUCER_REGS + PV_REGS + SCORER_REGS <= REG_POOL,
+                "the warpgroups' setmaxnreg counts within the CTA's launch allocation");
 };
-static_assert(MlaWgmmaConfig::PRODUCER_REGS + MlaWgmmaConfig::consumer_regs(3, 0) +
-                          MlaWgmmaConfig::consumer_regs(3, 1) <=
-                      MlaWgmmaConfig::REG_POOL &&
-                  MlaWgmmaConfig::PRODUCER_REGS + 2 * MlaWgmmaConfig::consumer_regs(2, 0) <=
-                      MlaWgmmaConfig::REG_POOL,
-              "the warpgroups' setmaxnreg counts within the CTA's launch allocation");
 
 // An fp32 at a shared-memory address (row statistics the warps or warpgroups exchange).
 __device__ __forceinline__ void st_shared_f32(uint32_t a, float v) {
@@ -150,10 +149,10 @@ __device__ __forceinline__ void mla_copy_tiles(const DecodeParams& p, const Deco
   }
 }
 
-template <typename T, bool CAP, int NB0 = 2>
+template <typename T, bool CAP>
 struct MlaWgmma {
   using Cfg = MlaWgmmaConfig;
-  static constexpr int N = Cfg::N, ROWS = Cfg::ROWS, S = Cfg::STAGES, DV = Cfg::DV;
+  static constexpr int N = Cfg::N, ROWS = Cfg::ROWS, S = Cfg::STAGES, DV = Cfg::DV, NB0 = Cfg::NB0;
   static constexpr int BLK = ROWS * 128;  // bytes of one 64-column block (ROWS == N rows)
 
   uint32_t base;  // 1024-byte aligned: Q, the stages (P in their rope blocks), red / lsum, barriers
@@ -237,10 +236,9 @@ struct MlaWgmma {
                                sw128_desc_at(vb, 2 * nh * BLK + kk * 16 * 128), true);
     wgmma_commit();
   }
-  // P V of tile j into acc (after rescaling it by the rows' factors), then the stage freed.
+  // acc's rows scaled by their factors (skipped while the warp's are all 1).
   template <int NB>
-  __device__ __forceinline__ void pv(int j, int b0, float (&acc)[NB][16][4],
-                                     const float (&alpha)[2]) const {
+  __device__ __forceinline__ static void rescale(float (&acc)[NB][16][4], const float (&alpha)[2]) {
     if (__any_sync(~0u, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
       for (int nh = 0; nh < NB; ++nh)
@@ -252,6 +250,12 @@ struct MlaWgmma {
           acc[nh][u][3] *= alpha[1];
         }
     }
+  }
+  // P V of tile j into acc (after rescaling it by the rows' factors), then the stage freed.
+  template <int NB>
+  __device__ __forceinline__ void pv(int j, int b0, float (&acc)[NB][16][4],
+                                     const float (&alpha)[2]) const {
+    rescale<NB>(acc, alpha);
     issue_pv<NB>(j % S, b0, acc);
     wgmma_wait<0>();
 #pragma unroll
@@ -337,85 +341,46 @@ struct MlaWgmma {
     const int quad = lane & 3;
     const int r0 = (tw >> 5) * 16 + (lane >> 2);
     float acc[NB1][16][4] = {};
-    KeyRange rr[2];
+    KeyRange rr[2];  // the rows' visible keys, cut at the entry's end
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int gr = e.row0 + r0 + 8 * i;
       rr[i] = gr < e.rows_total ? visible_keys(p, gr / p.group, e.q_len, e.kv_len) : KeyRange{1, 0};
+      rr[i].hi = min(rr[i].hi, e.end - 1);
     }
-    const float mul = p.scale * kLog2e;
-    const float cin = CAP ? p.scale / p.softcap : 0.f, cout = CAP ? p.softcap * kLog2e : 0.f;
+    const LogitMap lm{p.scale * kLog2e, CAP ? p.scale / p.softcap : 0.f,
+                      CAP ? p.softcap * kLog2e : 0.f};
     float m_run[2] = {-INFINITY, -INFINITY}, l_part[2] = {0.f, 0.f};
     if (ntiles > 0) mbar_wait(q_full(), 0);
+    float sacc[1][8][4];
     for (int j = 0; j < ntiles; ++j) {
       const int s = j % S;
       mbar_wait(full(s), (j / S) & 1);
       fence_proxy_async_smem();
-      float sacc[8][4];
-      issue_s(s, sacc);
+      issue_s(s, sacc[0]);
       wgmma_wait<0>();
-      reg_fence(sacc);
-      const int k0 = e.begin + j * N, kbase = k0 + 2 * quad;
-      const bool inside = k0 >= max(rr[0].lo, rr[1].lo) && k0 + N - 1 <= min(rr[0].hi, rr[1].hi) &&
-                          k0 + N - 1 < e.end;
-      float mx[2] = {-INFINITY, -INFINITY};
-      auto logits = [&](auto mask) {
-#pragma unroll
-        for (int u = 0; u < 8; ++u)
-#pragma unroll
-          for (int x = 0; x < 4; ++x) {
-            const int i = x >> 1, key = kbase + 8 * u + (x & 1);
-            float v = CAP ? cout * tanhf(sacc[u][x] * cin) : sacc[u][x] * mul;
-            if constexpr (decltype(mask)::value)
-              v = key >= rr[i].lo && key <= rr[i].hi && key < e.end ? v : -INFINITY;
-            sacc[u][x] = v;
-            mx[i] = fmaxf(mx[i], v);
-          }
-      };
-      if (inside)
-        logits(std::false_type{});
+      reg_fence(sacc[0]);
+      // The softmax of the tile's keys [k0, k0 + N) (prefill's, on the same accumulator
+      // layout; lazy rescale per warp: while no row's maximum grew by more than
+      // kLazyRescaleLog2, alpha is exactly 1 and warpgroup 0 skips its rescale too).
+      const int k0 = e.begin + j * N;
+      float alpha[2];
+      if (k0 >= max(rr[0].lo, rr[1].lo) && k0 + N - 1 <= min(rr[0].hi, rr[1].hi) &&
+          (CAP || lm.mul >= 0.f))
+        softmax_probs<1, N, false, CAP, true>(sacc, m_run, l_part, alpha, {}, k0, lane, lm);
       else
-        logits(std::true_type{});
-      float alpha[2], m_use[2];
-      bool keep = true;
+        softmax_probs<1, N, true, CAP, true>(sacc, m_run, l_part, alpha, rr, k0, lane, lm);
+      // P (16-bit) into the stage's rope block, row r's chunk u (keys 8 u .. 8 u + 7) at
+      // 16 ((u ^ r) % 8) (the 128-byte swizzle): stmatrix u / 2 writes chunks u and u + 1 of
+      // the warp's 16 rows, lane l giving row srow = l % 16 of chunk u + l / 16.
+      const int srow = (lane & 7) + 8 * ((lane >> 3) & 1);
+      const uint32_t prow = p_at(s) + ((tw >> 5) * 16 + srow) * 128;
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        mx[i] = fmaxf(mx[i], __shfl_xor_sync(~0u, mx[i], 1));
-        mx[i] = fmaxf(mx[i], __shfl_xor_sync(~0u, mx[i], 2));
-        mx[i] = fmaxf(m_run[i], mx[i]);
-        keep = keep && lazy_keeps(mx[i], m_run[i]);  // false while m_run is -inf
-      }
-      // Lazy rescale (FlashAttention-4's), per warp (its 16 rows): while no row's maximum grew
-      // by more than kLazyRescaleLog2 the running maxima stay (alpha exactly 1: warpgroup 0's
-      // rescale is skipped too); probabilities then reach at most 2^8.
-      if (__all_sync(~0u, keep)) {
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          alpha[i] = 1.f;
-          m_use[i] = m_run[i];
-        }
-      } else {
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          alpha[i] = mx[i] == -INFINITY ? 1.f : exp2f(m_run[i] - mx[i]);
-          m_use[i] = mx[i] == -INFINITY ? 0.f : mx[i];
-          m_run[i] = mx[i];
-          l_part[i] *= alpha[i];
-        }
-      }
-      // P (16-bit) into the stage's rope block: row r, keys 8 u + 2 quad + {0, 1} (chunk u).
-      const uint32_t pbase = p_at(s) + quad * 4;
-#pragma unroll
-      for (int u = 0; u < 8; ++u)
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          const float p0 = exp2f(sacc[u][2 * i] - m_use[i]);
-          const float p1 = exp2f(sacc[u][2 * i + 1] - m_use[i]);
-          l_part[i] += p0 + p1;
-          const int r = r0 + 8 * i;
-          const uint32_t a = pbase + r * 128 + ((u ^ (r & 7)) << 4);
-          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(pack2<T>(p0, p1)) : "memory");
-        }
+      for (int u = 0; u < N / 8; u += 2)
+        stmatrix_x4(prow + (((u + (lane >> 4)) ^ (lane & 7)) << 4),
+                    pack2<T>(sacc[0][u][0], sacc[0][u][1]), pack2<T>(sacc[0][u][2], sacc[0][u][3]),
+                    pack2<T>(sacc[0][u + 1][0], sacc[0][u + 1][1]),
+                    pack2<T>(sacc[0][u + 1][2], sacc[0][u + 1][3]));
       if (quad == 0) {
         st_shared_f32(red(j & 1, r0), alpha[0]);
         st_shared_f32(red(j & 1, r0 + 8), alpha[1]);
@@ -455,9 +420,7 @@ __device__ __forceinline__ bool mla_begin(const DecodeParams& p, DecodeEntry& e,
   return true;
 }
 
-// NB0: O's 128-column blocks held by warpgroup 0 (2: half each; 3: the scorer keeps one, so its
-// P V is short — branch mla-osplit-experiment, built but not yet timed).
-template <typename T, bool CAP, int NB0 = 2>
+template <typename T, bool CAP>
 __global__ void __launch_bounds__(MlaWgmmaConfig::THREADS, 1)
     mla_wgmma_kernel(const DecodeParams p) {
 #ifdef FLASHBACK_WGMMA
@@ -465,16 +428,16 @@ __global__ void __launch_bounds__(MlaWgmmaConfig::THREADS, 1)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   DecodeEntry e;
   int ntiles;
-  MlaWgmma<T, CAP, NB0> k;
+  MlaWgmma<T, CAP> k;
   if (!mla_begin<T, Cfg::ROWS>(p, e, ntiles, k, smem_raw)) return;
   if (threadIdx.x >= 256) {
     regs_shrink<Cfg::PRODUCER_REGS>();
     k.produce(p, e, ntiles);
   } else if (threadIdx.x < 128) {
-    regs_grow<Cfg::consumer_regs(NB0, 0)>();
+    regs_grow<Cfg::PV_REGS>();
     k.consume_pv(p, e, ntiles);
   } else {
-    regs_grow<Cfg::consumer_regs(NB0, 1)>();
+    regs_grow<Cfg::SCORER_REGS>();
     k.consume_scores(p, e, ntiles);
   }
 #else

@@ -24,12 +24,14 @@
 #include "cuda/common/dtype.cuh"
 #include "cuda/common/mma.cuh"
 #include "cuda/common/paged.cuh"
+#include "cuda/common/softmax.cuh"
 #include "cuda/prefill/config.h"
 #include "cuda/prefill/ldsm.cuh"
 #include "cuda/prefill/params.h"
-#include "cuda/prefill/softmax.cuh"
 
 namespace flashback::cuda::prefill {
+
+using Range = KeyRange;  // cuda/common/visible.cuh
 
 // Per-entry facts shared by every query block of the CTA.
 struct Entry {

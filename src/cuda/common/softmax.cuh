@@ -1,8 +1,8 @@
-// The online softmax of one K/V tile of the prefill kernel, on the S accumulators of a warp's
+// The online softmax of one K/V tile on a warp's S accumulators (wgmma / mma.sync layout) of
 // MT m-tiles (a thread holds 2 MT rows: lane / 4 and lane / 4 + 8 of each m-tile, columns
-// 2 (lane % 4) + {0, 1} of each n8 block). Split out of kernel.cuh so the common path can be
-// read (and its SASS counted) on its own: no softcap and no masking is straight-line code of
-// one multiply, one max, one subtract, one exp2 and one add per element.
+// 2 (lane % 4) + {0, 1} of each n8 block): the prefill kernels' and the Hopper MLA decode
+// scorer's. Kept on its own so the common path can be read (and its SASS counted): no softcap
+// and no masking is straight-line code of one max, one fma, one exp2 and one add per element.
 #pragma once
 
 #include <cmath>
@@ -10,9 +10,7 @@
 #include "cuda/common/log2.cuh"
 #include "cuda/common/visible.cuh"
 
-namespace flashback::cuda::prefill {
-
-using Range = KeyRange;  // cuda/common/visible.cuh
+namespace flashback::cuda {
 
 // 2^x. The libdevice exp2f adds a denormal range fix-up (a compare and two multiplies) around
 // MUFU.EX2; the probabilities it feeds are rounded to 16 bits for P V, so flushing results
@@ -52,7 +50,7 @@ struct LogitMap {
 template <int MT, int N, bool MASK, bool CAP, bool LAZY = false>
 __device__ __forceinline__ void softmax_probs(float (&s)[MT][N / 8][4], float (&m_run)[2 * MT],
                                               float (&l_run)[2 * MT], float (&alpha)[2 * MT],
-                                              const Range (&rr)[2 * MT], int t0, int lane,
+                                              const KeyRange (&rr)[2 * MT], int t0, int lane,
                                               const LogitMap& lm) {
   constexpr bool RAW = !MASK && !CAP;
   float mx[2 * MT];
@@ -159,11 +157,11 @@ __device__ __forceinline__ void rescale_rows(float (&acc)[MT][DV / 8][4],
 template <int MT, int N, int DV, bool MASK, bool CAP>
 __device__ __forceinline__ void online_softmax(float (&s)[MT][N / 8][4], float (&m_run)[2 * MT],
                                                float (&l_run)[2 * MT], float (&acc)[MT][DV / 8][4],
-                                               const Range (&rr)[2 * MT], int t0, int lane,
+                                               const KeyRange (&rr)[2 * MT], int t0, int lane,
                                                const LogitMap& lm) {
   float alpha[2 * MT];
   softmax_probs<MT, N, MASK, CAP, true>(s, m_run, l_run, alpha, rr, t0, lane, lm);
   rescale_rows<MT, DV>(acc, alpha);
 }
 
-}  // namespace flashback::cuda::prefill
+}  // namespace flashback::cuda
