@@ -62,16 +62,13 @@ if [[ -n ${PERSIST:-} ]]; then
   step memcheck_persistent 120 env FLASHBACK_PREFILL_PERSISTENT=3 compute-sanitizer --tool memcheck \
     --error-exitcode 9 "$B/cuda_test_prefill" --gtest_filter="$PF"
 fi
-# NCU="ENV=V,...:KERNEL_REGEX:WORKLOAD[:SET] ...": one launch of a kernel profiled by Nsight Compute
-# (clocks left alone) while the bench runs WORKLOAD; the details page and the per-SASS-instruction
-# source page (stall samples) come back as text, ncu_N_details.txt and ncu_N_source.csv.
+# NCU="ENV=V,...:KERNEL_REGEX:WORKLOAD ...": one launch of a kernel under Nsight Compute while
+# the bench runs WORKLOAD, by scripts/gpu_ncu.sh (details page and per-SASS source page under
+# $OUT/ncu_N; read the source page with scripts/ncu_regions.py).
 n=0; for t in ${NCU:-}; do
-  IFS=: read -r ev kre wl set <<< "$t"; n=$((n + 1))
-  step "ncu${n}_${wl}" 200 env ${ev//,/ } ncu --clock-control none --set "${set:-full}" \
-    --import-source no -k "regex:$kre" --launch-skip 3 --launch-count 1 -f -o "$L/ncu_$n" \
-    "$B/flashback" bench --device cuda --workloads "$B/workloads.json" --only "$wl" --budget 0.05
-  ncu -i "$L/ncu_$n.ncu-rep" --page details > "$OUT/ncu_${n}_details.txt" 2>&1
-  ncu -i "$L/ncu_$n.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_${n}_source.csv" 2>&1
+  IFS=: read -r ev kre wl <<< "$t"; n=$((n + 1))
+  step "ncu${n}_${wl}" 320 env ${ev//,/ } OUT="$OUT/ncu_$n" STAGED=1 K="regex:$kre" W="$wl" \
+    bash scripts/gpu_ncu.sh
 done
 SB=$B/${SANBIN:-cuda_test_decode}  # the test binary RACE / MEM filter
 [[ -n ${RACE:-} ]] && step racecheck 120 compute-sanitizer --tool racecheck --error-exitcode 9 \

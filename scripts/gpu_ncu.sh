@@ -4,10 +4,14 @@
 # ncu). Writes under $OUT: details.txt (every section), source.csv (SASS with its samples).
 #   run (GPU machine): K=regex:prefill_wgmma W=mla_prefix_chunk_8x4k bash scripts/gpu_ncu.sh
 #   (carry ["build/gpupkg"], staged by `bash scripts/gpu_final.sh stage BUILD_DIR`)
+#   STAGED=1: the package is already unpacked in build/gpustage (gpu_ab.sh's NCU step); the
+#   environment (kernel switches) passes through to the profiled run.
+#   Read source.csv.gz by loop region with scripts/ncu_regions.py.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out-gpu}; mkdir -p "$OUT"
-B=build/gpustage; rm -rf "$B"; mkdir -p "$B"; tar xJf build/gpupkg/pkg.tar.xz -C "$B"
+B=build/gpustage
+if [[ -z ${STAGED:-} ]]; then rm -rf "$B"; mkdir -p "$B"; tar xJf build/gpupkg/pkg.tar.xz -C "$B"; fi
 export LD_LIBRARY_PATH="$PWD/$B/lib:${LD_LIBRARY_PATH:-}"
 timeout 300 ncu --clock-control none --set full --import-source no -k "${K:?}" \
   --launch-skip "${SKIP:-2}" --launch-count 1 -o "$OUT/rep" \

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Where a kernel's warps wait, from an Nsight Compute source page (no -lineinfo needed).
 
-  ncu -i REPORT --page source --csv --print-source sass > SRC.csv   (gpu_ab.sh NCU=... writes it)
-  python3 scripts/ncu_regions.py SRC.csv [--top N]
+  python3 scripts/ncu_regions.py SRC.csv[.gz] [--top N]
+  (SRC: `ncu -i REPORT --page source --csv --print-source sass`, as scripts/gpu_ncu.sh writes it)
 
 Runs of consecutive SASS instructions with the same execution count are one region (a loop body
 of one warp role: the MLA kernel's producer, scorer and P V warpgroups each run their own per-tile
@@ -12,6 +12,7 @@ most samples. Samples are per warp: a warpgroup's share of the total is its shar
 import argparse
 import collections
 import csv
+import gzip
 
 
 def main():
@@ -20,7 +21,8 @@ def main():
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--min", type=int, default=40, help="smallest region printed (samples)")
     a = ap.parse_args()
-    rows = list(csv.reader(open(a.csv)))
+    opener = gzip.open if a.csv.endswith(".gz") else open
+    rows = list(csv.reader(opener(a.csv, "rt")))
     head = next(i for i, r in enumerate(rows) if r and r[0] == "Address")
     hdr, data = rows[head], rows[head + 1:]
     ix = {h: i for i, h in enumerate(hdr)}
