@@ -236,26 +236,13 @@ struct MlaWgmma {
                                sw128_desc_at(vb, 2 * nh * BLK + kk * 16 * 128), true);
     wgmma_commit();
   }
-  // acc's rows scaled by their factors (skipped while the warp's are all 1).
-  template <int NB>
-  __device__ __forceinline__ static void rescale(float (&acc)[NB][16][4], const float (&alpha)[2]) {
-    if (__any_sync(~0u, alpha[0] != 1.f || alpha[1] != 1.f)) {
-#pragma unroll
-      for (int nh = 0; nh < NB; ++nh)
-#pragma unroll
-        for (int u = 0; u < 16; ++u) {
-          acc[nh][u][0] *= alpha[0];
-          acc[nh][u][1] *= alpha[0];
-          acc[nh][u][2] *= alpha[1];
-          acc[nh][u][3] *= alpha[1];
-        }
-    }
-  }
   // P V of tile j into acc (after rescaling it by the rows' factors), then the stage freed.
   template <int NB>
   __device__ __forceinline__ void pv(int j, int b0, float (&acc)[NB][16][4],
                                      const float (&alpha)[2]) const {
-    rescale<NB>(acc, alpha);
+    // O's rows times their factors (common/softmax.cuh; NB n128 blocks are one m-tile's
+    // 16 NB n8 blocks in the same registers).
+    rescale_rows<1, 128 * NB>(reinterpret_cast<float(&)[1][16 * NB][4]>(acc), alpha);
     issue_pv<NB>(j % S, b0, acc);
     wgmma_wait<0>();
 #pragma unroll
