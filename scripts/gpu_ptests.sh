@@ -38,6 +38,10 @@ fi
 # tests' grids are too small for the automatic choice. Then under every tool (the block slots
 # the producer hands the consumers through shared memory, the staged epilogue).
 run cuda_test_prefill_persistent env FLASHBACK_PREFILL_PERSISTENT=3 $B/cuda_test_prefill
+# The same with O stored straight from registers (no staging through shared memory) and without
+# the pingpong: the Hopper kernel's other epilogue and turn-free consumers.
+run cuda_test_prefill_unstaged env FLASHBACK_PREFILL_PERSISTENT=3 FLASHBACK_PREFILL_STAGED_OUT=0 \
+  FLASHBACK_PREFILL_PINGPONG=0 $B/cuda_test_prefill
 for tool in memcheck racecheck synccheck; do
   run ${tool}_prefill_persistent env FLASHBACK_PREFILL_PERSISTENT=3 $CS --tool $tool $B/cuda_test_prefill --gtest_filter=$PF
 done

@@ -74,8 +74,9 @@ void check(const AttentionCase& c, const Exec& exec = {}, int hint = -1,
 }
 
 // (q_len, kv_len) pairs: empty entries, a single query, 17 and 130 queries (one and two row
-// blocks), prefixes ending on, before and after page boundaries, and q_len > kv_len (causal rows
-// that see no key: zeros and LSE -inf).
+// blocks), prefixes ending on, before and after page boundaries, q_len > kv_len (causal rows
+// that see no key: zeros and LSE -inf), and queries with no key at all between entries with keys
+// (blocks without tiles: the Hopper kernel's stream of tiles pauses there).
 AttentionCase extend_case(int D, int hq, int hk, int P) {
   AttentionCase c;
   c.heads_q = hq;
@@ -83,9 +84,9 @@ AttentionCase extend_case(int D, int hq, int hk, int P) {
   c.head_dim = D;
   c.page_size = P;
   const std::vector<std::pair<int, int>> qk = {
-      {0, 0},           {17, 17}, {1, 300},          {130, 130 + 3 * P + 5},
-      {0, 37},          {20, 5},  {17, 17 + P},      {129, 129 + P - 1 + (P == 1)},
-      {64, 2 * P + 64}, {1, 1},   {130, 130 + 2 * P}};
+      {0, 0},  {17, 17},          {1, 300},     {130, 130 + 3 * P + 5},        {0, 37},
+      {20, 5}, {140, 0},          {17, 17 + P}, {129, 129 + P - 1 + (P == 1)}, {64, 2 * P + 64},
+      {1, 1},  {130, 130 + 2 * P}};
   for (auto [q, k] : qk) {
     c.q_lens.push_back(q);
     c.kv_lens.push_back(k);
@@ -196,6 +197,10 @@ TEST(CudaPrefill, PersistentScheduleBatches) {
   c.window_left = 100;
   check(c);
   c.window_left = -1;
+  c.kv_lens[4] = 0;
+  c.name = "an entry whose queries see no key (blocks without tiles between others)";
+  check(c);
+  c.kv_lens[4] = 300;
   c.q_lens.back() = 250;  // two blocks of 128 rows, against the others' three
   c.kv_lens.back() = 250;
   c.name = "last entry one block shorter";
