@@ -13,8 +13,8 @@
 // consumer issues S of tile j together with P V of tile j - 1 and runs tile j's softmax while P V
 // does, so a stage holds what one such step reads: K of tile j and V of tile j - 1 (a block of n
 // tiles takes n + 1 stages, the first with K only, the last with V only), and it is freed on its
-// `empty` mbarrier after the step. A consumer thus holds one stage at a time, and two stages (all
-// 192/128 has room for) give the producer a step of lead. The two consumers take turns issuing
+// `empty` mbarrier after the step. A consumer thus holds one stage at a time, and the two stages
+// give the producer a step of lead. The two consumers take turns issuing
 // a step's MMAs (FlashAttention-3's pingpong), so one's softmax overlaps the other's MMAs. The
 // producer also schedules: it walks the CTA's blocks (blocks.h, BlockCursor: a persistent grid
 // of about one CTA per SM over every block of the batch, longest first, or a grid over the
@@ -65,8 +65,11 @@ struct WgmmaConfig {
   static constexpr int smem_for(int stages) {
     return 1024 + Q_BYTES + stages * STAGE_BYTES + 8 * (2 * stages + 2) + SLOT_BYTES;
   }
-  // As many stages as fit: 3 for 128/128, 2 for 192/128.
-  static constexpr int STAGES = smem_for(3) <= 227 * 1024 ? 3 : 2;
+  // Two stages: all 192/128 has room for, and for 128/128 0.3-0.9 % faster than the three that
+  // fit, on all four 128/128 workloads in two same-call A/Bs (H200, session 27). Why is not
+  // isolated: with TMA filling the stages the third bought no lead the consumers used, and at
+  // 164 KB instead of 225 the SM keeps a larger L1 carve-out.
+  static constexpr int STAGES = 2;
   static constexpr int SMEM_BYTES = smem_for(STAGES);
   static constexpr int PRODUCER_REGS = 56, CONSUMER_REGS = 224;  // 128 x 56 + 256 x 224 <= 64K
   static_assert(!kBuilt || SMEM_BYTES <= 227 * 1024, "shared memory per CTA exceeds 227 KB");
