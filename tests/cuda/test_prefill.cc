@@ -76,7 +76,7 @@ void check(const AttentionCase& c, const Exec& exec = {}, int hint = -1,
 // (q_len, kv_len) pairs: empty entries, a single query, 17 and 130 queries (one and two row
 // blocks), prefixes ending on, before and after page boundaries, q_len > kv_len (causal rows
 // that see no key: zeros and LSE -inf), and queries with no key at all between entries with keys
-// (blocks without tiles: the Hopper kernel's stream of tiles pauses there).
+// (a CTA's blocks without tiles among blocks with tiles).
 AttentionCase extend_case(int D, int hq, int hk, int P) {
   AttentionCase c;
   c.heads_q = hq;

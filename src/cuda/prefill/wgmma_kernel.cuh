@@ -14,8 +14,8 @@
 // does, so a stage holds what one such step reads: K of tile j and V of tile j - 1 (a block of n
 // tiles takes n + 1 stages, the first with K only, the last with V only), and it is freed on its
 // `empty` mbarrier after the step. A consumer thus holds one stage at a time, and the two stages
-// give the producer a step of lead. The two consumers take turns issuing
-// a step's MMAs (FlashAttention-3's pingpong), so one's softmax overlaps the other's MMAs. The
+// give the producer a step of lead. The two consumers take turns issuing a step's MMAs
+// (FlashAttention-3's pingpong), so one's softmax overlaps the other's MMAs. The
 // producer also schedules: it walks the CTA's blocks (blocks.h, BlockCursor: a persistent grid
 // of about one CTA per SM over every block of the batch, longest first, or a grid over the
 // blocks with two per CTA where that fills the GPU; launch.cu, wgmma_grid) and publishes each
@@ -66,7 +66,7 @@ struct WgmmaConfig {
     return 1024 + Q_BYTES + stages * STAGE_BYTES + 8 * (2 * stages + 2) + SLOT_BYTES;
   }
   // Two stages: all 192/128 has room for, and for 128/128 0.3-0.9 % faster than the three that
-  // fit, on all four 128/128 workloads in two same-call A/Bs (H200, session 27). Why is not
+  // fit, on all four 128/128 workloads in three same-call A/Bs (H200, session 27). Why is not
   // isolated: with TMA filling the stages the third bought no lead the consumers used, and at
   // 164 KB instead of 225 the SM keeps a larger L1 carve-out.
   static constexpr int STAGES = 2;
