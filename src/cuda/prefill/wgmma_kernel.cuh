@@ -226,13 +226,11 @@ struct WgmmaPrefill {
   // (ncu, session 17: ~6 % of their samples at prefill_8x2k), and full 32-byte sectors. Then
   // this thread's `empty` arrival for the stage.
   static constexpr bool kStagedOut = DV == 128 && Cfg::K_BYTES >= 2 * 64 * DV * 2;
-  __device__ __forceinline__ void store_staged(const PrefillParams& p, const BlockSlot& bs,
+  __device__ __forceinline__ void store_staged(const PrefillParams& p, const Entry& e, int h,
                                                int first, int wg, int warp, int lane, int stage,
                                                float (&acc)[1][DV / 8][4], const float (&m_run)[2],
                                                float (&l_run)[2]) const {
     constexpr int ROW = DV * 2, CH = DV / 8, RPI = 32 / CH;  // bytes, chunks per row, rows per load
-    const Entry& e = bs.e;
-    const int h = bs.h;
     float inv[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i)
@@ -489,13 +487,20 @@ struct WgmmaPrefill {
           turn();
           issue_pv(s, acc, pa);
           pass();
+          // The epilogue's facts into registers while P V runs (S's registers are free): read
+          // through the slot's generic pointer after the wait, they were reloaded after every
+          // global store (which may alias it), each row's bound compare waiting on the reload
+          // (ncu, session 27: ~1,000 long-scoreboard samples in the epilogue at prefill_8x2k).
+          const Entry eo = bs.e;
+          const int ho = bs.h;
           wait_all(acc, pa);
           if (kStagedOut && p.staged_out) {
-            store_staged(p, bs, rw.first + warp * 16, wg, warp, lane, s, acc, m_run, l_run);
-            stored = true;
+            store_staged(p, eo, ho, rw.first + warp * 16, wg, warp, lane, s, acc, m_run, l_run);
           } else {
             mbar_arrive(empty(s));
+            store_rows<T, 1, DV>(p, eo, ho, rw.first + warp * 16, acc, m_run, l_run, lane);
           }
+          stored = true;
           ++it;
         }
       }
