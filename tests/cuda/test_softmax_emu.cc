@@ -74,7 +74,7 @@ Result reference(const Data& d, bool mask) {
   return r;
 }
 
-template <bool MASK, bool LAZY>
+template <bool MASK, bool LAZY, bool MASK_LO = true>
 Result run(const Data& d) {
   Result r;
   r.o.assign(ROWS, 0.);
@@ -95,7 +95,7 @@ Result run(const Data& d) {
           s[0][u][x] = d.s[row * KEYS + key];
         }
       float alpha[2];
-      softmax_probs<1, N, MASK, false, LAZY>(s, m_run, l_run, alpha, rr, t * N, lane, lm);
+      softmax_probs<1, N, MASK, false, LAZY, MASK_LO>(s, m_run, l_run, alpha, rr, t * N, lane, lm);
       if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
         o_part[0] *= alpha[0];
         o_part[1] *= alpha[1];
@@ -156,6 +156,24 @@ TEST(SoftmaxEmu, LazyAndEagerMatchDoublePrecision) {
     const Data st = make_data(seed, true);
     expect_close(run<true, true>(st), reference(st, true), "lazy, staggered ranges");
     expect_close(run<true, false>(st), reference(st, true), "eager, staggered ranges");
+  }
+}
+
+// The ends-only mask (MASK_LO = false: every range starts at or before each tile, as on a causal
+// diagonal without a window) against the same reference: ranges ending in the first tile, on a
+// tile's last key, one key past a tile, at the end; a row that sees no key at all (hi < 0).
+TEST(SoftmaxEmu, EndsOnlyMaskMatchesDoublePrecision) {
+  for (uint64_t seed : {4u, 5u}) {
+    Data d = make_data(seed, false);
+    for (int row = 0; row < ROWS; ++row) d.range[row] = {0, 37 * row + 3 * N + 11};
+    d.range[0] = {0, 5};
+    d.range[4] = {0, 4 * N - 1};
+    d.range[6] = {0, 5 * N};
+    d.range[11] = {0, KEYS - 1};
+    d.range[13] = {0, -1};
+    const Result ref = reference(d, true);
+    expect_close(run<true, true, false>(d), ref, "lazy, ends only");
+    expect_close(run<true, false, false>(d), ref, "eager, ends only");
   }
 }
 

@@ -39,6 +39,10 @@ struct LogitMap {
 /// row max is taken on raw q.k and scaled once per row, and each probability is
 /// exp2(fma(s, mul, -max)) (FlashAttention-2's form): one multiply per element fewer. A negative
 /// k_descale takes the MASK body instead.
+/// MASK_LO = false (with MASK, without CAP): no row's range starts inside the tile (every
+/// rr.lo <= t0; a row with no key passes hi < t0), so only the end is tested, one compare per
+/// element, and the arithmetic stays on raw q.k as without a mask; the caller guarantees
+/// lm.mul > 0 (a masked -inf times 0 would be NaN). Causal diagonal tiles without a window.
 /// LAZY: while no row of the warp has a max more than kLazyRescaleLog2 (cuda/common/log2.cuh)
 /// above its running one, the running maxima stay as they are and alpha is exactly 1, so the
 /// caller can skip O's rescale (most tiles once the maxima settle). The decision is
@@ -47,12 +51,13 @@ struct LogitMap {
 /// batch invariance holds; the same token can round differently when its entry is cut into
 /// chunks differently (as the tile alignment already made it). Tested on the CPU against double
 /// precision by tests/cuda/test_softmax_emu.cc.
-template <int MT, int N, bool MASK, bool CAP, bool LAZY = false>
+template <int MT, int N, bool MASK, bool CAP, bool LAZY = false, bool MASK_LO = true>
 __device__ __forceinline__ void softmax_probs(float (&s)[MT][N / 8][4], float (&m_run)[2 * MT],
                                               float (&l_run)[2 * MT], float (&alpha)[2 * MT],
                                               const KeyRange (&rr)[2 * MT], int t0, int lane,
                                               const LogitMap& lm) {
-  constexpr bool RAW = !MASK && !CAP;
+  static_assert(MASK_LO || (MASK && !CAP), "an ends-only mask is a mask without softcap");
+  constexpr bool RAW = !CAP && (!MASK || !MASK_LO);
   float mx[2 * MT];
   // Row bounds relative to this thread's first column of the tile, so the per-element test
   // compares against compile-time offsets u * 8 + (x & 1).
@@ -80,9 +85,11 @@ __device__ __forceinline__ void softmax_probs(float (&s)[MT][N / 8][4], float (&
           v = s[mt][u][x];
         else
           v = s[mt][u][x] * lm.mul;
-        if constexpr (MASK) {
+        if constexpr (MASK && MASK_LO) {
           const int k = u * 8 + (x & 1);
           if (k < lo_rel[ri] || k > hi_rel[ri]) v = -INFINITY;
+        } else if constexpr (MASK) {
+          if (u * 8 + (x & 1) > hi_rel[ri]) v = -INFINITY;
         }
         s[mt][u][x] = v;
         mx[ri] = fmaxf(mx[ri], v);

@@ -191,15 +191,20 @@ struct WgmmaPrefill {
                                                float (&alpha)[2]) {
     if (rw.whole && t0 >= rw.r_last.lo && t0 + N - 1 <= rw.r_first.hi && (CAP || lm.mul >= 0.f)) {
       softmax_probs<1, N, false, CAP, true>(sacc, m_run, l_run, alpha, {}, t0, lane, lm);
-    } else {
-      Range rr[2];
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int r = rw.first + warp * 16 + (lane >> 2) + 8 * i;
-        rr[i] = r < e.q_len ? visible_keys(p, r, e.q_len, e.kv_len) : Range{1, 0};
-      }
-      softmax_probs<1, N, true, CAP, true>(sacc, m_run, l_run, alpha, rr, t0, lane, lm);
+      return;
     }
+    Range rr[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int r = rw.first + warp * 16 + (lane >> 2) + 8 * i;
+      rr[i] = r < e.q_len ? visible_keys(p, r, e.q_len, e.kv_len) : Range{0, -1};
+    }
+    // No row's range starts inside the tile (the ranges' starts rise with the row; a row past
+    // q_len ends before key 0): the causal diagonal without a window tests only the ends.
+    if (!CAP && t0 >= rw.r_last.lo && lm.mul > 0.f)
+      softmax_probs<1, N, true, false, true, false>(sacc, m_run, l_run, alpha, rr, t0, lane, lm);
+    else
+      softmax_probs<1, N, true, CAP, true>(sacc, m_run, l_run, alpha, rr, t0, lane, lm);
   }
   // O's rescale (skipped when the lazy softmax kept every row's max: alpha is exactly 1 for the
   // whole warp), then P as P V's A fragments: the S accumulators of keys [16 kk, 16 kk + 16)
