@@ -42,7 +42,8 @@ struct LogitMap {
 /// MASK_LO = false (with MASK, without CAP): no row's range starts inside the tile (every
 /// rr.lo <= t0; a row with no key passes hi < t0), so only the end is tested, one compare per
 /// element, and the arithmetic stays on raw q.k as without a mask; the caller guarantees
-/// lm.mul > 0 (a masked -inf times 0 would be NaN). Causal diagonal tiles without a window.
+/// lm.mul > 0 (a masked -inf times 0 would be NaN). The Hopper prefill kernel's causal diagonal
+/// tiles (wgmma_kernel.cuh, probs).
 /// LAZY: while no row of the warp has a max more than kLazyRescaleLog2 (cuda/common/log2.cuh)
 /// above its running one, the running maxima stay as they are and alpha is exactly 1, so the
 /// caller can skip O's rescale (most tiles once the maxima settle). The decision is

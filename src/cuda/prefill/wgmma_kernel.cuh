@@ -200,7 +200,8 @@ struct WgmmaPrefill {
       rr[i] = r < e.q_len ? visible_keys(p, r, e.q_len, e.kv_len) : Range{0, -1};
     }
     // No row's range starts inside the tile (the ranges' starts rise with the row; a row past
-    // q_len ends before key 0): the causal diagonal without a window tests only the ends.
+    // q_len ends before key 0): only the ends are tested. The causal diagonal, a window's
+    // diagonal while every row's window starts left of the tile, a block's partial last rows.
     if (!CAP && t0 >= rw.r_last.lo && lm.mul > 0.f)
       softmax_probs<1, N, true, false, true, false>(sacc, m_run, l_run, alpha, rr, t0, lane, lm);
     else
