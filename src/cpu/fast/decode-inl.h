@@ -106,7 +106,8 @@ HWY_INLINE void dot_block_pairs(const float* const* q, int64_t qs, const void* c
 //
 // 4 KB of K (two keys of 8 heads × 128 dims) take ~0.3 µs to score, about two DRAM latencies.
 // A whole tile ahead (64 KB for 8 heads) overflowed L1 and evicted the q rows the FMAs read;
-// two keys ahead was 2.5-5 % faster on decode (session 18, one and two threads).
+// two keys ahead was 2.5-5 % faster on decode (session 18, one and two threads; prefetches into
+// L1 then). Into L2 since session 28 (PrefetchHeads), 16 KB ahead gained nothing over 4 KB.
 inline constexpr int64_t kAheadBytes = 4096;
 inline void scores_tile_pairs(const float* q, int64_t qs, int64_t head_rows, int64_t heads, Rows k,
                               int64_t k_head_bytes, int64_t len, int64_t j0, int64_t j1, float* s,
