@@ -36,6 +36,12 @@ __device__ __forceinline__ void wgmma_wait() {
 #endif
 }
 
+/// x from lane 0 of the warp. The same value where x already is warp-uniform, but the compiler
+/// now knows it is, so descriptors derived from it live in uniform registers (wgmma reads its
+/// descriptors from there): derived from threadIdx or from a loop counter it cannot prove
+/// uniform, each was built in ordinary registers and moved over per MMA (R2UR).
+__device__ __forceinline__ int warp_uniform(int x) { return __shfl_sync(~0u, x, 0); }
+
 /// Pins registers an in-flight wgmma reads or writes: the compiler sees them used here, so it
 /// neither moves their uses across the wait nor reuses them while the MMA runs.
 template <int U>

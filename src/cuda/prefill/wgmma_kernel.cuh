@@ -155,7 +155,8 @@ struct WgmmaPrefill {
   // S = Q K^T of one tile into sacc (Q rows at sq_addr, K in stage `stage`).
   __device__ __forceinline__ void issue_s(uint32_t sq_addr, int stage,
                                           float (&sacc)[1][N / 8][4]) const {
-    const uint32_t qa = sw128_desc_lo(sq_addr, 16), kb = sw128_desc_lo(k_stage(stage), 16);
+    const uint32_t qa = sw128_desc_lo(sq_addr, 16),
+                   kb = sw128_desc_lo(k_stage(warp_uniform(stage)), 16);
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
@@ -169,7 +170,7 @@ struct WgmmaPrefill {
   // O += P V of one tile (P in registers, V in stage `stage`).
   __device__ __forceinline__ void issue_pv(int stage, float (&acc)[1][DV / 8][4],
                                            const uint32_t (&pa)[N / 16][4]) const {
-    const uint32_t vb = sw128_desc_lo(v_stage(stage), N * 128);
+    const uint32_t vb = sw128_desc_lo(v_stage(warp_uniform(stage)), N * 128);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < N / 16; ++kk)
@@ -426,7 +427,7 @@ struct WgmmaPrefill {
       // Q is dead after the block's last S: releasing it then lets the next block's Q load
       // while this block finishes. `done_with_q(j)` after tile j's S; a warpgroup that never
       // ran the last S releases Q after the loop.
-      bool q_held = true, stored = false;
+      bool q_held = true;
       auto done_with_q = [&](int j) {
         if (j == sp.ntiles - 1) {
           mbar_arrive(q_empty());
@@ -506,12 +507,11 @@ struct WgmmaPrefill {
             mbar_arrive(empty(s));
             store_rows<T, 1, DV>(p, eo, ho, rw.first + warp * 16, acc, m_run, l_run, lane);
           }
-          stored = true;
           ++it;
         }
       }
       if (q_held) mbar_arrive(q_empty());
-      if (rw.live && !stored)
+      if (rw.live && sp.ntiles == 0)  // rows that see no key: zeros (and LSE -inf)
         store_rows<T, 1, DV>(p, e, bs.h, rw.first + warp * 16, acc, m_run, l_run, lane);
     }
     if (pp && wg == 0) named_barrier_sync(1, 256);
@@ -539,7 +539,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     k.produce(p);
   } else {
     regs_grow<Cfg::CONSUMER_REGS>();
-    k.consume(p, threadIdx.x / 128);
+    k.consume(p, warp_uniform(static_cast<int>(threadIdx.x) / 128));
   }
 #else
   __trap();  // launched only where wgmma_available() (launch.cu) says this build has sm_90a
