@@ -5,6 +5,7 @@ find_path(HWY_INCLUDE_DIR hwy/highway.h REQUIRED)
 find_library(HWY_LIBRARY hwy REQUIRED)
 
 target_sources(flashback PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/fast/amx.cc
   ${CMAKE_CURRENT_LIST_DIR}/fast/attention.cc
   ${CMAKE_CURRENT_LIST_DIR}/fast/attention_kernel.cc
   ${CMAKE_CURRENT_LIST_DIR}/fast/merge_store.cc)

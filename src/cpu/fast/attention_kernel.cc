@@ -18,6 +18,7 @@
 #define FLASHBACK_CPU_FAST_ATTENTION_KERNEL_ONCE
 #include <vector>
 
+#include "cpu/fast/amx.h"
 #include "cpu/reference.h"
 #endif
 
@@ -31,6 +32,8 @@ struct Scratch {
   // [gi · kTileKeys + j]; pk/pv: the next tile's rows, in place.
   std::vector<const void*> kp, vp, pk, pv;
   LineVector<float> qt, st, wm, row_lo, row_hi;  // transposed (wide) path
+  LineVector<uint16_t> qb, kstage, vstage, pstage;  // AMX (amx.h): packed q, staged K, V, P
+  LineVector<float> row_scale;
 };
 
 Scratch& scratch() {
@@ -150,6 +153,38 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
   // tile_scores: scores of all the task's rows transposed ([key][row], rows padded to ra), the
   // softmax with rows in lanes (wide_softmax), weights read back by P·V with a key stride.
   const int64_t ra = (rows + N - 1) / N * N;
+  // Scores on AMX tiles where the host has them: raw bf16 q and K (exact products), the scale
+  // folded in per row afterwards (amx.h).
+  const bool use_amx = tile_scores && a.q_dtype == DType::kBF16 && a.head_dim % 32 == 0 &&
+                       a.head_dim_v % 64 == 0 && head_rows <= 16 && amx::usable();
+  struct AmxTiles {  // this thread's tile configuration, for the task
+    bool on;
+    ~AmxTiles() {
+      if (on) amx::end();
+    }
+  } amx_tiles{use_amx};
+  if (use_amx) {
+    sc.qb.resize(static_cast<size_t>(t.ng * a.head_dim * head_rows));
+    sc.kstage.resize(static_cast<size_t>(amx::kKeys * t.ng * a.head_dim));
+    sc.vstage.resize(static_cast<size_t>(kTileKeys * a.head_dim_v));
+    sc.pstage.resize(static_cast<size_t>(16 * kTileKeys));
+    sc.row_scale.assign(static_cast<size_t>(ra), 0.0f);
+    const float pre = a.scale / (a.softcap > 0 ? a.softcap : 1.0f);  // as load_q
+    const auto* qbase = static_cast<const uint16_t*>(a.q);
+    const uint16_t* qrow[16];
+    for (int64_t gi = 0; gi < t.ng; ++gi) {
+      const float f = pre * descale(a.k_descale, a.kd_s0, a.kd_s1, t.b, t.g + gi);
+      for (int64_t ti = 0; ti < t.nt; ++ti)
+        for (int64_t hi = 0; hi < t.nh; ++hi) {
+          const int64_t r = ti * t.nh + hi;
+          const int64_t tok = t.q0 + t.t0 + ti, h = (t.g + gi) * a.group + t.h0 + hi;
+          qrow[r] = qbase + tok * a.q_s0 + h * a.q_s1;
+          sc.row_scale[static_cast<size_t>(gi * head_rows + r)] = f;
+        }
+      amx::pack_q(qrow, head_rows, a.head_dim, sc.qb.data() + gi * a.head_dim * head_rows);
+    }
+    amx::begin(head_rows);
+  }
   if (tile_scores) {
     sc.st.resize(static_cast<size_t>(kTileKeys * ra));
     sc.wm.resize(static_cast<size_t>(ra));
@@ -257,15 +292,33 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
         const PrefetchHeads nv{{sc.pv.data(), 0}, nn, a.head_dim_v * esz, t.ng, a.v_head * esz};
         const int64_t blocks = t.ng * pv_pair_blocks(head_rows, a.head_dim_v);
         PrefetchStream v_next{&nv, (nn * t.ng + blocks - 1) / blocks};
-        scores_tile_pairs(sc.q.data(), qs, head_rows, t.ng, Rows{kp, 0}, a.k_head * esz, qk_len, j0,
-                          j1, sc.st.data(), 1, ra, pk, pv);
+        // AMX scores take a fraction of P·V's time, too short to cover their own K's latency:
+        // the next tile's K streams in during this tile's P·V too.
+        if (use_amx) {  // one step per KV head (amx::pv_tile)
+          v_next.per = v_next.per2 = nn;
+          v_next.list2 = &pk;
+        }
+        if (use_amx) {
+          pv.rows(0, pv.n);  // this tile's V (the range's first tile: no P·V fetched it)
+          amx::scores_tile(sc.qb.data(), t.ng, head_rows, a.head_dim, kp, a.k_head * esz, j0, j1,
+                           sc.st.data(), ra, sc.row_scale.data(), sc.kstage.data());
+        } else {
+          scores_tile_pairs(sc.q.data(), qs, head_rows, t.ng, Rows{kp, 0}, a.k_head * esz, qk_len,
+                            j0, j1, sc.st.data(), 1, ra, pk, pv);
+        }
         // m, l of padding rows stay -inf, 0 (they see no key); pm, pl hold kMaxRows ≥ ra.
         float* alpha = sc.wm.data();
         wide_softmax(sc.st.data(), ra, j0, j1, ts, sc.row_lo.data(), sc.row_hi.data(), a.softcap,
                      pm, pl, alpha);
         for (int64_t r = 0; r < rows; ++r)
           if (alpha[r] != 1.0f) scale_row(po + r * dvp, dvp, alpha[r]);
-        for (int64_t gi = 0; gi < t.ng; ++gi) {
+        for (int64_t gi = 0; gi < t.ng && use_amx; ++gi) {
+          const int64_t r0 = gi * head_rows;
+          v_next.step();
+          amx::pv_tile(sc.st.data() + r0, ra, head_rows, vp, gi * a.v_head * esz, j0, j1,
+                       po + r0 * dvp, dvp, a.head_dim_v, sc.vstage.data(), sc.pstage.data());
+        }
+        for (int64_t gi = 0; gi < t.ng && !use_amx; ++gi) {
           const int64_t r0 = gi * head_rows;
           accumulate<Bf16Pairs, 1>(sc.st.data() + r0, ra, head_rows, Rows{vp, gi * a.v_head * esz},
                                    j0, j1, po + r0 * dvp, dvp, a.head_dim_v, &v_next);
@@ -335,7 +388,7 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
         }
       }
     }
-    if (pairs)
+    if (pairs && !use_amx)  // AMX P·V keeps O's columns in order
       for (int64_t r = 0; r < rows; ++r) permute_pairs(po + r * dvp, a.head_dim_v, false);
     merge_state_rows(state, part, rows, dvp);
   }

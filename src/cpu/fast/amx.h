@@ -1,0 +1,49 @@
+// Decode scores on Intel AMX tiles (bf16), for the hosts that have them (Sapphire Rapids and
+// later). Not a Highway target: one translation unit built with AMX target attributes, called by
+// the decode path of attention_kernel.cc where amx::usable() says so; everywhere else (no AMX,
+// no kernel permission, not x86-64, FLASHBACK_CPU_AMX=0) the AVX/SSE score path runs.
+//
+// Why: on AVX-512 the score loop shares the core's two 512-bit ports between its FMAs, the
+// bf16 -> fp32 widening and the lane sums, and ran near 40 % of the FMA peak; decode then could
+// not keep pace with a fast memory system (PERFORMANCE_CPU.md, session 29). A TDPBF16PS scores
+// 16 keys x up to 16 q rows x 32 dims on the tile unit, leaving the vector ports to P·V.
+#pragma once
+
+#include <cstdint>
+
+namespace flashback::cpu_fast::amx {
+
+/// The CPU has AMX-TILE and AMX-BF16, the kernel granted this process the tile state
+/// (arch_prctl, asked once), and FLASHBACK_CPU_AMX is not "0".
+bool usable();
+
+/// Keys scored per tile row block (the A tile's rows).
+inline constexpr int64_t kKeys = 16;
+
+/// Configures this thread's tiles for `head_rows` q rows per KV head (1-16); `end` releases them.
+void begin(int64_t head_rows);
+void end();
+
+/// Packs one KV head's q rows (raw bf16, row r at q[r], `dims` a multiple of 32) as the B
+/// operand: [dims / 32][16 pairs][head_rows][2].
+void pack_q(const uint16_t* const* q, int64_t head_rows, int64_t dims, uint16_t* qb);
+
+/// Raw q.k (times `row_scale[r]`) of tile keys [j0, j1) (tile-local, within [0, 32)) for
+/// `heads` KV heads: key j's row of head g at k[j] + g * k_head_bytes (bf16, `dims` elements);
+/// head g's packed q at qb + g * dims * head_rows. Score of row r = g * head_rows + i, key j
+/// goes to st[j * ra + r]. Keys come 16 at a time in place when their rows are evenly spaced,
+/// else through `stage` (16 * heads * dims bf16, zero-filled past the range).
+void scores_tile(const uint16_t* qb, int64_t heads, int64_t head_rows, int64_t dims,
+                 const void* const* k, int64_t k_head_bytes, int64_t j0, int64_t j1, float* st,
+                 int64_t ra, const float* row_scale, uint16_t* stage);
+
+/// O += P V over tile keys [j0, j1) (within [0, 32)) for one KV head's `head_rows` rows: the
+/// weight of row i, key j at st[j * ra + i] (rounded to bf16), key j's V row at v[j] + v_off
+/// bytes (bf16, `dv` elements, a multiple of 64), O's row i at o + i * os (fp32, columns in
+/// natural order). V goes through `vstage` (32 * dv bf16) as 16 interleaved key pairs, P
+/// through `pstage` (head_rows * 32 bf16).
+void pv_tile(const float* st, int64_t ra, int64_t head_rows, const void* const* v, int64_t v_off,
+             int64_t j0, int64_t j1, float* o, int64_t os, int64_t dv, uint16_t* vstage,
+             uint16_t* pstage);
+
+}  // namespace flashback::cpu_fast::amx
