@@ -1,5 +1,6 @@
 #include "cpu/fast/amx.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
@@ -50,6 +51,18 @@ bool usable() {
   return ok;
 }
 
+void NextRows::step(int64_t rows) {
+  const int64_t nk = n * heads, end = std::min(at + rows, 2 * nk);
+  for (; at < end; ++at) {
+    const bool is_k = at < nk;
+    const int64_t i = is_k ? at : at - nk;
+    const char* p = is_k ? static_cast<const char*>(k[i / heads]) + i % heads * k_head_bytes
+                         : static_cast<const char*>(v[i / heads]) + i % heads * v_head_bytes;
+    const int64_t bytes = is_k ? k_bytes : v_bytes;
+    for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 2);
+  }
+}
+
 FLASHBACK_AMX_TARGET void begin(int64_t head_rows) {
   TileConfig cfg;
   const auto q_cols = static_cast<uint16_t>(head_rows * 4);
@@ -79,7 +92,7 @@ void pack_q(const uint16_t* const* q, int64_t head_rows, int64_t dims, uint16_t*
 FLASHBACK_AMX_TARGET void scores_tile(const uint16_t* qb, int64_t heads, int64_t head_rows,
                                       int64_t dims, const void* const* k, int64_t k_head_bytes,
                                       int64_t j0, int64_t j1, float* st, int64_t ra,
-                                      const float* row_scale, uint16_t* stage) {
+                                      const float* row_scale, uint16_t* stage, NextRows* next) {
   const int64_t row_bytes = dims * 2, steps = dims / 32, b_step = 32 * head_rows;  // elements
   const int64_t b_stride = head_rows * 4, q_head = dims * head_rows;
   for (int64_t gb = j0 / kKeys * kKeys; gb < j1; gb += kKeys) {
@@ -122,6 +135,7 @@ FLASHBACK_AMX_TARGET void scores_tile(const uint16_t* qb, int64_t heads, int64_t
         _tile_dpbf16ps(0, 1, 2);
       }
       _tile_stored(0, s + g * head_rows, ra * 4);
+      next->step(hi - lo);
     }
     const int64_t rows = heads * head_rows;
     for (int64_t j = lo; j < hi; ++j)
@@ -132,7 +146,7 @@ FLASHBACK_AMX_TARGET void scores_tile(const uint16_t* qb, int64_t heads, int64_t
 FLASHBACK_AMX_TARGET void pv_tile(const float* st, int64_t ra, int64_t head_rows,
                                   const void* const* v, int64_t v_off, int64_t j0, int64_t j1,
                                   float* o, int64_t os, int64_t dv, uint16_t* vstage,
-                                  uint16_t* pstage) {
+                                  uint16_t* pstage, NextRows* next) {
   // Element i of each pair of rows: (row 2k, i) then (row 2k + 1, i).
   alignas(64) uint16_t lo_idx[32], hi_idx[32];
   for (int i = 0; i < 16; ++i) {
@@ -152,6 +166,7 @@ FLASHBACK_AMX_TARGET void pv_tile(const float* st, int64_t ra, int64_t head_rows
       const char* ra_ = ina ? static_cast<const char*>(v[ja]) + v_off : nullptr;
       const char* rb_ = inb ? static_cast<const char*>(v[jb]) + v_off : nullptr;
       char* dst = vs + p * vrow;
+      next->step(static_cast<int64_t>(ina) + static_cast<int64_t>(inb));
       for (int64_t c = 0; c < row_bytes; c += 64) {
         const __m512i x = ina ? _mm512_loadu_si512(ra_ + c) : _mm512_setzero_si512();
         const __m512i y = inb ? _mm512_loadu_si512(rb_ + c) : _mm512_setzero_si512();
@@ -204,10 +219,11 @@ bool usable() { return false; }
 void begin(int64_t) {}
 void end() {}
 void pack_q(const uint16_t* const*, int64_t, int64_t, uint16_t*) {}
+void NextRows::step(int64_t) {}
 void scores_tile(const uint16_t*, int64_t, int64_t, int64_t, const void* const*, int64_t, int64_t,
-                 int64_t, float*, int64_t, const float*, uint16_t*) {}
+                 int64_t, float*, int64_t, const float*, uint16_t*, NextRows*) {}
 void pv_tile(const float*, int64_t, int64_t, const void* const*, int64_t, int64_t, int64_t, float*,
-             int64_t, int64_t, uint16_t*, uint16_t*) {}
+             int64_t, int64_t, uint16_t*, uint16_t*, NextRows*) {}
 
 #endif
 

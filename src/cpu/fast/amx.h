@@ -20,6 +20,18 @@ bool usable();
 /// Keys scored per tile row block (the A tile's rows).
 inline constexpr int64_t kKeys = 16;
 
+/// The next tile's rows (K of every head, then V), prefetched into L2 in step with this tile's
+/// work: one row for each row the kernels below consume, so the stream runs a tile ahead at
+/// the rate the data is used (a burst per head left the prefetches queued behind each other).
+struct NextRows {
+  const void* const* k = nullptr;  // key i of head g at k[i] + g * k_head_bytes
+  const void* const* v = nullptr;
+  int64_t n = 0, heads = 0, k_head_bytes = 0, v_head_bytes = 0, k_bytes = 0, v_bytes = 0;
+  int64_t at = 0;  // rows issued: K rows (key-major) in [0, n * heads), then V rows
+  void step(int64_t rows);
+  void finish() { step(2 * n * heads); }
+};
+
 /// Configures this thread's tiles for `head_rows` q rows per KV head (1-16); `end` releases them.
 void begin(int64_t head_rows);
 void end();
@@ -35,7 +47,7 @@ void pack_q(const uint16_t* const* q, int64_t head_rows, int64_t dims, uint16_t*
 /// else through `stage` (16 * heads * dims bf16, zero-filled past the range).
 void scores_tile(const uint16_t* qb, int64_t heads, int64_t head_rows, int64_t dims,
                  const void* const* k, int64_t k_head_bytes, int64_t j0, int64_t j1, float* st,
-                 int64_t ra, const float* row_scale, uint16_t* stage);
+                 int64_t ra, const float* row_scale, uint16_t* stage, NextRows* next);
 
 /// O += P V over tile keys [j0, j1) (within [0, 32)) for one KV head's `head_rows` rows: the
 /// weight of row i, key j at st[j * ra + i] (rounded to bf16), key j's V row at v[j] + v_off
@@ -44,6 +56,6 @@ void scores_tile(const uint16_t* qb, int64_t heads, int64_t head_rows, int64_t d
 /// through `pstage` (head_rows * 32 bf16).
 void pv_tile(const float* st, int64_t ra, int64_t head_rows, const void* const* v, int64_t v_off,
              int64_t j0, int64_t j1, float* o, int64_t os, int64_t dv, uint16_t* vstage,
-             uint16_t* pstage);
+             uint16_t* pstage, NextRows* next);
 
 }  // namespace flashback::cpu_fast::amx

@@ -294,14 +294,13 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
         PrefetchStream v_next{&nv, (nn * t.ng + blocks - 1) / blocks};
         // AMX scores take a fraction of P·V's time, too short to cover their own K's latency:
         // the next tile's K streams in during this tile's P·V too.
-        if (use_amx) {  // one step per KV head (amx::pv_tile)
-          v_next.per = v_next.per2 = nn;
-          v_next.list2 = &pk;
-        }
+        amx::NextRows next{sc.pk.data(), sc.pv.data(), nn, t.ng, a.k_head * esz, a.v_head * esz,
+                           a.head_dim * esz, a.head_dim_v * esz};
+        if (use_amx) v_next.list = nullptr;  // amx::NextRows instead
         if (use_amx) {
           pv.rows(0, pv.n);  // this tile's V (the range's first tile: no P·V fetched it)
           amx::scores_tile(sc.qb.data(), t.ng, head_rows, a.head_dim, kp, a.k_head * esz, j0, j1,
-                           sc.st.data(), ra, sc.row_scale.data(), sc.kstage.data());
+                           sc.st.data(), ra, sc.row_scale.data(), sc.kstage.data(), &next);
         } else {
           scores_tile_pairs(sc.q.data(), qs, head_rows, t.ng, Rows{kp, 0}, a.k_head * esz, qk_len,
                             j0, j1, sc.st.data(), 1, ra, pk, pv);
@@ -314,10 +313,10 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
           if (alpha[r] != 1.0f) scale_row(po + r * dvp, dvp, alpha[r]);
         for (int64_t gi = 0; gi < t.ng && use_amx; ++gi) {
           const int64_t r0 = gi * head_rows;
-          v_next.step();
           amx::pv_tile(sc.st.data() + r0, ra, head_rows, vp, gi * a.v_head * esz, j0, j1,
-                       po + r0 * dvp, dvp, a.head_dim_v, sc.vstage.data(), sc.pstage.data());
+                       po + r0 * dvp, dvp, a.head_dim_v, sc.vstage.data(), sc.pstage.data(), &next);
         }
+        if (use_amx) next.finish();
         for (int64_t gi = 0; gi < t.ng && !use_amx; ++gi) {
           const int64_t r0 = gi * head_rows;
           accumulate<Bf16Pairs, 1>(sc.st.data() + r0, ra, head_rows, Rows{vp, gi * a.v_head * esz},
