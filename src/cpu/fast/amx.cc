@@ -42,7 +42,8 @@ struct alignas(64) TileConfig {
 // Tiles: 0 scores (C: 16 keys x head_rows fp32), 1 K (A: 16 keys x 32 bf16), 2 q (B: 16 dim
 // pairs x head_rows x 2 bf16); P·V: 3-6 O (C: head_rows x 16 columns each), 7 P (A:
 // head_rows x 32 keys), 1 V (B: 16 key pairs x 16 columns x 2).
-#define FLASHBACK_AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512bf16")))
+#define FLASHBACK_AMX_TARGET \
+  __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512bf16")))
 
 }  // namespace
 
@@ -129,13 +130,14 @@ FLASHBACK_AMX_TARGET void scores_tile(const uint16_t* qb, int64_t heads, int64_t
       const char* ag = base + g * head_bytes;
       const uint16_t* bg = qb + g * q_head;
       _tile_zero(0);
+      const int64_t n = hi - lo;  // rows of K this head's steps consume, prefetched in step
       for (int64_t c = 0; c < steps; ++c) {
+        next->step(n * (c + 1) / steps - n * c / steps);
         _tile_loadd(1, ag + c * 64, stride);
         _tile_loadd(2, bg + c * b_step, b_stride);
         _tile_dpbf16ps(0, 1, 2);
       }
       _tile_stored(0, s + g * head_rows, ra * 4);
-      next->step(hi - lo);
     }
     const int64_t rows = heads * head_rows;
     for (int64_t j = lo; j < hi; ++j)
@@ -176,9 +178,9 @@ FLASHBACK_AMX_TARGET void pv_tile(const float* st, int64_t ra, int64_t head_rows
     }
     // P: the rows x 32 keys in bf16, gathered from the key-major weights (those outside
     // [j0, j1) zero; round to nearest even).
-    const __m512i idx = _mm512_mullo_epi32(
-        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-        _mm512_set1_epi32(static_cast<int>(ra)));
+    const __m512i idx =
+        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                           _mm512_set1_epi32(static_cast<int>(ra)));
     uint32_t keys = 0;
     for (int64_t j = j0; j < j1; ++j) keys |= 1u << j;
     const auto m0 = static_cast<__mmask16>(keys & 0xFFFF), m1 = static_cast<__mmask16>(keys >> 16);

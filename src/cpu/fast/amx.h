@@ -1,12 +1,15 @@
-// Decode scores on Intel AMX tiles (bf16), for the hosts that have them (Sapphire Rapids and
-// later). Not a Highway target: one translation unit built with AMX target attributes, called by
-// the decode path of attention_kernel.cc where amx::usable() says so; everywhere else (no AMX,
-// no kernel permission, not x86-64, FLASHBACK_CPU_AMX=0) the AVX/SSE score path runs.
+// Decode (few q rows per KV head, bf16 q and K/V) on Intel AMX tiles, for the hosts that have
+// them (Sapphire Rapids and later): the scores (TDPBF16PS on K rows in place and the packed q)
+// and P·V (P rounded to bf16, V staged as interleaved key pairs). Not a Highway target: one
+// translation unit built with AMX target attributes, called by the decode path of
+// attention_kernel.cc where amx::usable() says so; everywhere else (no AMX, no kernel
+// permission, not x86-64, FLASHBACK_CPU_AMX=0) the Highway score and P·V paths run.
 //
 // Why: on AVX-512 the score loop shares the core's two 512-bit ports between its FMAs, the
-// bf16 -> fp32 widening and the lane sums, and ran near 40 % of the FMA peak; decode then could
-// not keep pace with a fast memory system (PERFORMANCE_CPU.md, session 29). A TDPBF16PS scores
-// 16 keys x up to 16 q rows x 32 dims on the tile unit, leaving the vector ports to P·V.
+// bf16 -> fp32 widening and the lane sums, and ran near 40 % of the FMA peak. On the tile unit
+// decode's compute takes ~70 % of the AVX-512 path's time in L2 and ~85 % in L3; from DRAM,
+// where the misses a core keeps in flight set the pace, it gained 2-6 % (PERFORMANCE_CPU.md,
+// session 29).
 #pragma once
 
 #include <cstdint>

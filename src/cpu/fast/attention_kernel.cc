@@ -31,7 +31,7 @@ struct Scratch {
   // Row pointers of tile key j: in place at [j] (see Rows), fp32 tiles of KV head gi at
   // [gi · kTileKeys + j]; pk/pv: the next tile's rows, in place.
   std::vector<const void*> kp, vp, pk, pv;
-  LineVector<float> qt, st, wm, row_lo, row_hi;  // transposed (wide) path
+  LineVector<float> qt, st, wm, row_lo, row_hi;     // transposed (wide) path
   LineVector<uint16_t> qb, kstage, vstage, pstage;  // AMX (amx.h): packed q, staged K, V, P
   LineVector<float> row_scale;
 };
@@ -286,19 +286,16 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
         // Prefetches: K a few keys ahead during the scores (scores_tile_pairs, reaching into the
         // next tile's rows pk at the end) and the next tile's V spread over this tile's P·V;
         // the range's first tile fetches its own V during its scores (no earlier P·V did).
+        // On AMX the scores take a fraction of P·V's time, too little to cover their own K's
+        // latency: the next tile's K and V both stream in a row per row consumed (NextRows).
         const PrefetchHeads pk{{sc.pk.data(), 0}, nn, a.head_dim * esz, t.ng, a.k_head * esz};
         const PrefetchHeads pv{
             {vp + j0, 0}, first_of_range ? j1 - j0 : 0, a.head_dim_v * esz, t.ng, a.v_head * esz};
-        const PrefetchHeads nv{{sc.pv.data(), 0}, nn, a.head_dim_v * esz, t.ng, a.v_head * esz};
-        const int64_t blocks = t.ng * pv_pair_blocks(head_rows, a.head_dim_v);
-        PrefetchStream v_next{&nv, (nn * t.ng + blocks - 1) / blocks};
-        // AMX scores take a fraction of P·V's time, too short to cover their own K's latency:
-        // the next tile's K streams in during this tile's P·V too.
-        amx::NextRows next{sc.pk.data(), sc.pv.data(), nn, t.ng, a.k_head * esz, a.v_head * esz,
-                           a.head_dim * esz, a.head_dim_v * esz};
-        if (use_amx) v_next.list = nullptr;  // amx::NextRows instead
+        amx::NextRows next{
+            sc.pk.data(),     sc.pv.data(),      nn, t.ng, a.k_head * esz, a.v_head * esz,
+            a.head_dim * esz, a.head_dim_v * esz};
         if (use_amx) {
-          pv.rows(0, pv.n);  // this tile's V (the range's first tile: no P·V fetched it)
+          pv.rows(0, pv.n);
           amx::scores_tile(sc.qb.data(), t.ng, head_rows, a.head_dim, kp, a.k_head * esz, j0, j1,
                            sc.st.data(), ra, sc.row_scale.data(), sc.kstage.data(), &next);
         } else {
@@ -311,13 +308,20 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
                      pm, pl, alpha);
         for (int64_t r = 0; r < rows; ++r)
           if (alpha[r] != 1.0f) scale_row(po + r * dvp, dvp, alpha[r]);
-        for (int64_t gi = 0; gi < t.ng && use_amx; ++gi) {
-          const int64_t r0 = gi * head_rows;
-          amx::pv_tile(sc.st.data() + r0, ra, head_rows, vp, gi * a.v_head * esz, j0, j1,
-                       po + r0 * dvp, dvp, a.head_dim_v, sc.vstage.data(), sc.pstage.data(), &next);
+        if (use_amx) {
+          for (int64_t gi = 0; gi < t.ng; ++gi) {
+            const int64_t r0 = gi * head_rows;
+            amx::pv_tile(sc.st.data() + r0, ra, head_rows, vp, gi * a.v_head * esz, j0, j1,
+                         po + r0 * dvp, dvp, a.head_dim_v, sc.vstage.data(), sc.pstage.data(),
+                         &next);
+          }
+          next.finish();
+          continue;
         }
-        if (use_amx) next.finish();
-        for (int64_t gi = 0; gi < t.ng && !use_amx; ++gi) {
+        const PrefetchHeads nv{{sc.pv.data(), 0}, nn, a.head_dim_v * esz, t.ng, a.v_head * esz};
+        const int64_t blocks = t.ng * pv_pair_blocks(head_rows, a.head_dim_v);
+        PrefetchStream v_next{&nv, (nn * t.ng + blocks - 1) / blocks};
+        for (int64_t gi = 0; gi < t.ng; ++gi) {
           const int64_t r0 = gi * head_rows;
           accumulate<Bf16Pairs, 1>(sc.st.data() + r0, ra, head_rows, Rows{vp, gi * a.v_head * esz},
                                    j0, j1, po + r0 * dvp, dvp, a.head_dim_v, &v_next);

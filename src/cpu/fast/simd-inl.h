@@ -247,24 +247,15 @@ struct PrefetchHeads {
 struct PrefetchStream {
   const PrefetchHeads* list = nullptr;
   int64_t per = 0, next = 0;
-  const PrefetchHeads* list2 = nullptr;  // optional second list, stepped along with the first
-  int64_t per2 = 0, next2 = 0;
 
   HWY_INLINE void step() {
-    advance(list, per, next);
-    advance(list2, per2, next2);
+    if (list == nullptr) return;
+    for (int64_t end = std::min(next + per, list->n * list->heads); next < end; ++next)
+      list->row(next / list->heads, next % list->heads);
   }
   HWY_INLINE void finish() {  // whatever `per` left over
-    advance(list, kAll, next);
-    advance(list2, kAll, next2);
-  }
-
- private:
-  static constexpr int64_t kAll = int64_t{1} << 40;
-  static HWY_INLINE void advance(const PrefetchHeads* l, int64_t count, int64_t& at) {
-    if (l == nullptr) return;
-    for (int64_t end = std::min(at + count, l->n * l->heads); at < end; ++at)
-      l->row(at / l->heads, at % l->heads);
+    if (list == nullptr) return;
+    for (; next < list->n * list->heads; ++next) list->row(next / list->heads, next % list->heads);
   }
 };
 
