@@ -153,8 +153,9 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
   // tile_scores: scores of all the task's rows transposed ([key][row], rows padded to ra), the
   // softmax with rows in lanes (wide_softmax), weights read back by P·V with a key stride.
   const int64_t ra = (rows + N - 1) / N * N;
-  // Scores on AMX tiles where the host has them: raw bf16 q and K (exact products), the scale
-  // folded in per row afterwards (amx.h).
+  static_assert(kTileKeys == 2 * amx::kKeys, "amx::pv_tile takes tiles of 32 keys");
+  // Scores and P·V on AMX tiles where the host has them (amx.h): raw bf16 q and K (exact
+  // products), the scale folded in per row afterwards; P rounded to bf16 for P·V.
   const bool use_amx = tile_scores && a.q_dtype == DType::kBF16 && a.head_dim % 32 == 0 &&
                        a.head_dim_v % 64 == 0 && head_rows <= 16 && amx::usable();
   struct AmxTiles {  // this thread's tile configuration, for the task
