@@ -60,11 +60,16 @@ float read_pages(const std::vector<const char*>& pages, int mode, size_t dist) {
 
 float run(int f, const std::vector<const char*>& pages, int mode, size_t dist) {
   switch (f) {
-    case 0: return read_pages<0>(pages, mode, dist);
-    case 8: return read_pages<8>(pages, mode, dist);
-    case 12: return read_pages<12>(pages, mode, dist);
-    case 16: return read_pages<16>(pages, mode, dist);
-    default: return read_pages<24>(pages, mode, dist);
+    case 0:
+      return read_pages<0>(pages, mode, dist);
+    case 8:
+      return read_pages<8>(pages, mode, dist);
+    case 12:
+      return read_pages<12>(pages, mode, dist);
+    case 16:
+      return read_pages<16>(pages, mode, dist);
+    default:
+      return read_pages<24>(pages, mode, dist);
   }
 }
 
