@@ -135,7 +135,8 @@ struct MlaNarrow {
   // O^T += V^T P^T over stage s's 64 keys: m-block mb is V's columns [64 mb, 64 mb + 64) (latent
   // block mb, read MN-major as A), P [row][key] as B (K-major).
   __device__ __forceinline__ void issue_pv(int s, float (&acc)[8][NB][4]) const {
-    const uint32_t va = sw128_desc_lo(stage(warp_uniform(s)), BLK), pb = sw128_desc_lo(p_addr(), 16);
+    const uint32_t va = sw128_desc_lo(stage(warp_uniform(s)), BLK),
+                   pb = sw128_desc_lo(p_addr(), 16);
     wgmma_fence();
 #pragma unroll
     for (int mb = 0; mb < DV / 64; ++mb)
