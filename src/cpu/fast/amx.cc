@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <initializer_list>
 
 #if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
 #define FLASHBACK_CPU_AMX 1
@@ -97,7 +96,7 @@ FLASHBACK_AMX_TARGET void scores_tile(const uint16_t* qb, int64_t heads, int64_t
   const int64_t row_bytes = dims * 2, steps = dims / 32, b_step = 32 * head_rows;  // elements
   const int64_t b_stride = head_rows * 4, q_head = dims * head_rows;
   for (int64_t gb = j0 / kKeys * kKeys; gb < j1; gb += kKeys) {
-    const int64_t lo = gb > j0 ? gb : j0, hi = gb + kKeys < j1 ? gb + kKeys : j1;
+    const int64_t lo = std::max(gb, j0), hi = std::min(gb + kKeys, j1);
     // In place when the 16 keys' rows are evenly spaced (a page of 16 or more keys, the tile
     // aligned to it); else the range's rows, zero-padded, through the stage.
     const auto* base = static_cast<const char*>(k[lo]);

@@ -22,6 +22,8 @@ bool usable();
 
 /// Keys scored per tile row block (the A tile's rows).
 inline constexpr int64_t kKeys = 16;
+/// Most q rows per KV head (the columns of a scores tile, the rows of an O tile).
+inline constexpr int64_t kMaxRows = 16;
 
 /// The next tile's rows (K of every head, then V), prefetched into L2 in step with this tile's
 /// work: one row for each row the kernels below consume, so the stream runs a tile ahead at

@@ -45,31 +45,71 @@ float descale(const float* d, int64_t s0, int64_t s1, int64_t b, int64_t g) {
   return d ? d[b * s0 + g * s1] : 1.0f;
 }
 
-// q rows of the task as fp32 (stride qs), with scale, the fp8 key descale and 1/softcap folded
-// in so scores come out as logits (or as logit / softcap, the argument of tanh). MLA rows are
-// [q_rope | q_nope] to match the [k_rope | c_kv] tile rows.
+// Token and q head of the task's row (gi, ti, hi): KV head t.g + gi, token t.t0 + ti of the
+// entry, q head t.h0 + hi of that KV head's group.
+struct TokHead {
+  int64_t tok, h;
+};
+TokHead tok_head(const AttnArgs& a, const Task& t, int64_t gi, int64_t ti, int64_t hi) {
+  return {t.q0 + t.t0 + ti, (t.g + gi) * a.group + t.h0 + hi};
+}
+
+// scale and 1/softcap: folded into q so scores come out as logits (or as logit / softcap, the
+// argument of tanh).
+float pre_scale(const AttnArgs& a) { return a.scale / (a.softcap > 0 ? a.softcap : 1.0f); }
+
+// The factor of KV head gi's q rows: pre_scale and the fp8 key descale.
+float q_scale(const AttnArgs& a, const Task& t, int64_t gi) {
+  return pre_scale(a) * descale(a.k_descale, a.kd_s0, a.kd_s1, t.b, t.g + gi);
+}
+
+// q rows of the task as fp32 (stride qs), times q_scale. MLA rows are [q_rope | q_nope] to
+// match the [k_rope | c_kv] tile rows (q_nope times the value descale instead of the key's).
 void load_q(const AttnArgs& a, const Task& t, int64_t qs, float* q) {
   const int64_t head_rows = t.nt * t.nh, dp = pad(a.head_dim);
   const int64_t dqvp = a.qv ? pad(a.head_dim_qv) : 0;
-  const float pre = a.scale / (a.softcap > 0 ? a.softcap : 1.0f);
+  const float pre = pre_scale(a);
   const auto* qb = static_cast<const char*>(a.q);
   const auto* qvb = static_cast<const char*>(a.qv);
   const int64_t qsz = dtype_size(a.q_dtype);
   for (int64_t gi = 0; gi < t.ng; ++gi) {
-    const float kd = descale(a.k_descale, a.kd_s0, a.kd_s1, t.b, t.g + gi);
+    const float f = q_scale(a, t, gi);
     const float vd = descale(a.v_descale, a.vd_s0, a.vd_s1, t.b, t.g + gi);
     for (int64_t ti = 0; ti < t.nt; ++ti)
       for (int64_t hi = 0; hi < t.nh; ++hi) {
         float* qr = q + (gi * head_rows + ti * t.nh + hi) * qs;
-        const int64_t tok = t.q0 + t.t0 + ti, h = (t.g + gi) * a.group + t.h0 + hi;
+        const auto [tok, h] = tok_head(a, t, gi, ti, hi);
         convert_row(qb + (tok * a.q_s0 + h * a.q_s1) * qsz, a.q_dtype, a.head_dim, dp, qr);
-        for (int64_t d = 0; d < a.head_dim; ++d) qr[d] *= pre * kd;
+        for (int64_t d = 0; d < a.head_dim; ++d) qr[d] *= f;
         if (a.qv) {
           convert_row(qvb + (tok * a.qv_s0 + h * a.qv_s1) * qsz, a.q_dtype, a.head_dim_qv, dqvp,
                       qr + dp);
           for (int64_t d = 0; d < a.head_dim_qv; ++d) qr[dp + d] *= pre * vd;
         }
       }
+  }
+}
+
+// The AMX path's per-task inputs (amx.h): each KV head's raw bf16 q rows packed as the B
+// operand, the q_scale of each row, and the stage buffers.
+void prepare_amx(const AttnArgs& a, const Task& t, int64_t head_rows, int64_t ra, Scratch& sc) {
+  sc.qb.resize(static_cast<size_t>(t.ng * a.head_dim * head_rows));
+  sc.kstage.resize(static_cast<size_t>(amx::kKeys * t.ng * a.head_dim));
+  sc.vstage.resize(static_cast<size_t>(kTileKeys * a.head_dim_v));
+  sc.pstage.resize(static_cast<size_t>(amx::kMaxRows * kTileKeys));
+  sc.row_scale.assign(static_cast<size_t>(ra), 0.0f);
+  const auto* qbase = static_cast<const uint16_t*>(a.q);
+  const uint16_t* qrow[amx::kMaxRows];
+  for (int64_t gi = 0; gi < t.ng; ++gi) {
+    const float f = q_scale(a, t, gi);
+    for (int64_t ti = 0; ti < t.nt; ++ti)
+      for (int64_t hi = 0; hi < t.nh; ++hi) {
+        const int64_t r = ti * t.nh + hi;
+        const auto [tok, h] = tok_head(a, t, gi, ti, hi);
+        qrow[r] = qbase + tok * a.q_s0 + h * a.q_s1;
+        sc.row_scale[static_cast<size_t>(gi * head_rows + r)] = f;
+      }
+    amx::pack_q(qrow, head_rows, a.head_dim, sc.qb.data() + gi * a.head_dim * head_rows);
   }
 }
 
@@ -157,7 +197,7 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
   // Scores and P·V on AMX tiles where the host has them (amx.h): raw bf16 q and K (exact
   // products), the scale folded in per row afterwards; P rounded to bf16 for P·V.
   const bool use_amx = tile_scores && a.q_dtype == DType::kBF16 && a.head_dim % 32 == 0 &&
-                       a.head_dim_v % 64 == 0 && head_rows <= 16 && amx::usable();
+                       a.head_dim_v % 64 == 0 && head_rows <= amx::kMaxRows && amx::usable();
   struct AmxTiles {  // this thread's tile configuration, for the task
     bool on;
     ~AmxTiles() {
@@ -165,25 +205,7 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
     }
   } amx_tiles{use_amx};
   if (use_amx) {
-    sc.qb.resize(static_cast<size_t>(t.ng * a.head_dim * head_rows));
-    sc.kstage.resize(static_cast<size_t>(amx::kKeys * t.ng * a.head_dim));
-    sc.vstage.resize(static_cast<size_t>(kTileKeys * a.head_dim_v));
-    sc.pstage.resize(static_cast<size_t>(16 * kTileKeys));
-    sc.row_scale.assign(static_cast<size_t>(ra), 0.0f);
-    const float pre = a.scale / (a.softcap > 0 ? a.softcap : 1.0f);  // as load_q
-    const auto* qbase = static_cast<const uint16_t*>(a.q);
-    const uint16_t* qrow[16];
-    for (int64_t gi = 0; gi < t.ng; ++gi) {
-      const float f = pre * descale(a.k_descale, a.kd_s0, a.kd_s1, t.b, t.g + gi);
-      for (int64_t ti = 0; ti < t.nt; ++ti)
-        for (int64_t hi = 0; hi < t.nh; ++hi) {
-          const int64_t r = ti * t.nh + hi;
-          const int64_t tok = t.q0 + t.t0 + ti, h = (t.g + gi) * a.group + t.h0 + hi;
-          qrow[r] = qbase + tok * a.q_s0 + h * a.q_s1;
-          sc.row_scale[static_cast<size_t>(gi * head_rows + r)] = f;
-        }
-      amx::pack_q(qrow, head_rows, a.head_dim, sc.qb.data() + gi * a.head_dim * head_rows);
-    }
+    prepare_amx(a, t, head_rows, ra, sc);
     amx::begin(head_rows);
   }
   if (tile_scores) {
@@ -412,7 +434,7 @@ void Finish(const AttnArgs& a, const Task& t, const float* states, int64_t n) {
     for (int64_t ti = 0; ti < t.nt; ++ti)
       for (int64_t hi = 0; hi < t.nh; ++hi) {
         const int64_t r = (gi * t.nt + ti) * t.nh + hi;
-        const int64_t tok = t.q0 + t.t0 + ti, h = (t.g + gi) * a.group + t.h0 + hi;
+        const auto [tok, h] = tok_head(a, t, gi, ti, hi);
         const float m = run[r], l = run[kMaxRows + r];
         const bool empty = m == kNegInf || !(l > 0);
         const float inv = empty ? 0.0f : vd / l;
