@@ -51,18 +51,6 @@ bool usable() {
   return ok;
 }
 
-void NextRows::step(int64_t rows) {
-  const int64_t nk = n * heads, end = std::min(at + rows, 2 * nk);
-  for (; at < end; ++at) {
-    const bool is_k = at < nk;
-    const int64_t i = is_k ? at : at - nk;
-    const char* p = is_k ? static_cast<const char*>(k[i / heads]) + i % heads * k_head_bytes
-                         : static_cast<const char*>(v[i / heads]) + i % heads * v_head_bytes;
-    const int64_t bytes = is_k ? k_bytes : v_bytes;
-    for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 2);
-  }
-}
-
 FLASHBACK_AMX_TARGET void begin(int64_t head_rows) {
   TileConfig cfg;
   const auto q_cols = static_cast<uint16_t>(head_rows * 4);
@@ -220,7 +208,6 @@ bool usable() { return false; }
 void begin(int64_t) {}
 void end() {}
 void pack_q(const uint16_t* const*, int64_t, int64_t, uint16_t*) {}
-void NextRows::step(int64_t) {}
 void scores_tile(const uint16_t*, int64_t, int64_t, int64_t, const void* const*, int64_t, int64_t,
                  int64_t, float*, int64_t, const float*, uint16_t*, NextRows*) {}
 void pv_tile(const float*, int64_t, int64_t, const void* const*, int64_t, int64_t, int64_t, float*,

@@ -14,6 +14,8 @@
 
 #include <cstdint>
 
+#include "cpu/fast/next_rows.h"
+
 namespace flashback::cpu_fast::amx {
 
 /// The CPU has AMX-TILE and AMX-BF16, the kernel granted this process the tile state
@@ -24,18 +26,6 @@ bool usable();
 inline constexpr int64_t kKeys = 16;
 /// Most q rows per KV head (the columns of a scores tile, the rows of an O tile).
 inline constexpr int64_t kMaxRows = 16;
-
-/// The next tile's rows (K of every head, then V), prefetched into L2 in step with this tile's
-/// work: one row for each row the kernels below consume, so the stream runs a tile ahead at
-/// the rate the data is used (a burst per head left the prefetches queued behind each other).
-struct NextRows {
-  const void* const* k = nullptr;  // key i of head g at k[i] + g * k_head_bytes
-  const void* const* v = nullptr;
-  int64_t n = 0, heads = 0, k_head_bytes = 0, v_head_bytes = 0, k_bytes = 0, v_bytes = 0;
-  int64_t at = 0;  // rows issued: K rows (key-major) in [0, n * heads), then V rows
-  void step(int64_t rows);
-  void finish() { step(2 * n * heads); }
-};
 
 /// Configures this thread's tiles for `head_rows` q rows per KV head (1-16); `end` releases them.
 void begin(int64_t head_rows);

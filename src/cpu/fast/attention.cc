@@ -93,20 +93,45 @@ void run_tasks(const AttnArgs& a, const std::vector<Task>& tasks, const Exec& ex
     }
     return;
   }
+  // Units (task, split) in task order, dealt to the threads as contiguous runs of about equal
+  // work (keys × rows): a thread's run continues one task's splits with no break in the
+  // next-tile prefetches, where units dealt one at a time each began on a cold tile. Every
+  // split still writes its own state, merged in split order by finish.
   std::vector<int64_t> first(static_cast<size_t>(n + 1), 0);
   std::vector<std::pair<int64_t, int64_t>> units;  // (task, split)
+  std::vector<double> work_before(1, 0.0);         // work of units [0, u)
   for (int64_t i = 0; i < n; ++i) {
-    first[i + 1] = first[i] + (tasks[i].split_hi - tasks[i].split_lo);
-    for (int64_t s = tasks[i].split_lo; s < tasks[i].split_hi; ++s) units.emplace_back(i, s);
+    const Task& t = tasks[i];
+    first[i + 1] = first[i] + (t.split_hi - t.split_lo);
+    const int64_t last = t.kv_len - 1;
+    for (int64_t s = t.split_lo; s < t.split_hi; ++s) {
+      units.emplace_back(i, s);
+      const int64_t keys = std::min(last, (s + 1) * kSplitKeys - 1) - s * kSplitKeys + 1;
+      work_before.push_back(work_before.back() +
+                            static_cast<double>(std::max<int64_t>(1, keys) * t.rows()));
+    }
   }
   LineVector<float> states(static_cast<size_t>(std::max<int64_t>(1, splits) * sf));
-  const int64_t nu = static_cast<int64_t>(units.size());
+  // First unit of thread r's run: where the work before it reaches r / threads of the total.
+  auto run_start = [&](int64_t r) {
+    const double target = work_before.back() * static_cast<double>(r) / threads;
+    return static_cast<int64_t>(std::lower_bound(work_before.begin(), work_before.end(), target) -
+                                work_before.begin());
+  };
 #pragma omp parallel num_threads(threads)
   {
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t u = 0; u < nu; ++u)
-      run_splits(a, tasks[units[u].first], units[u].second, units[u].second + 1,
-                 states.data() + u * sf);
+#pragma omp for schedule(static, 1)
+    for (int r = 0; r < threads; ++r) {
+      const int64_t u1 = run_start(r + 1);
+      for (int64_t u = run_start(r); u < u1;) {
+        const int64_t i = units[u].first;
+        int64_t v = u;  // this task's units in the run: [u, v)
+        while (v < u1 && units[v].first == i) ++v;
+        run_splits(a, tasks[i], units[u].second, units[u].second + (v - u), states.data() + u * sf,
+                   sf);
+        u = v;
+      }
+    }
 #pragma omp for schedule(dynamic, 1)
     for (int64_t i = 0; i < n; ++i)
       finish(a, tasks[i], states.data() + first[i] * sf, first[i + 1] - first[i]);

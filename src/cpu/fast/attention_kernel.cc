@@ -113,7 +113,8 @@ void prepare_amx(const AttnArgs& a, const Task& t, int64_t head_rows, int64_t ra
   }
 }
 
-void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, float* state) {
+void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, float* state,
+               int64_t stride) {
   const int64_t rows = t.rows(), head_rows = t.nt * t.nh;  // rows per KV head
   const int64_t dp = pad(a.head_dim), dqvp = a.qv ? pad(a.head_dim_qv) : 0;
   const int64_t dvp = pad(a.head_dim_v);
@@ -148,7 +149,7 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
     }
   }
 
-  clear_state(state, rows, dvp);
+  if (stride == 0) clear_state(state, rows, dvp);
   const auto* kbase = static_cast<const char*>(a.k);
   const auto* vbase = static_cast<const char*>(a.v);
   const int64_t esz = dtype_size(a.kv_dtype);
@@ -265,7 +266,11 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
   for (int64_t sp = s_lo; sp < s_hi; ++sp) {
     int64_t k_lo, k_hi;
     split_range(sp, k_lo, k_hi);
-    if (k_lo > k_hi) continue;
+    if (stride > 0) part = state + (sp - s_lo) * stride;  // the split's own state
+    if (k_lo > k_hi) {
+      if (stride > 0) clear_state(part, rows, dvp);
+      continue;
+    }
     clear_state(part, rows, dvp);
     float* pm = part;
     float* pl = part + kMaxRows;
@@ -306,25 +311,22 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
       std::swap(ko, ko_next);
       std::swap(vo, vo_next);
       if (tile_scores) {
-        // Prefetches: K a few keys ahead during the scores (scores_tile_pairs, reaching into the
-        // next tile's rows pk at the end) and the next tile's V spread over this tile's P·V;
-        // the range's first tile fetches its own V during its scores (no earlier P·V did).
-        // On AMX the scores take a fraction of P·V's time, too little to cover their own K's
-        // latency: the next tile's K and V both stream in a row per row consumed (NextRows).
-        const PrefetchHeads pk{{sc.pk.data(), 0}, nn, a.head_dim * esz, t.ng, a.k_head * esz};
-        const PrefetchHeads pv{
-            {vp + j0, 0}, first_of_range ? j1 - j0 : 0, a.head_dim_v * esz, t.ng, a.v_head * esz};
-        amx::NextRows next{
-            sc.pk.data(),     sc.pv.data(),      nn, t.ng, a.k_head * esz, a.v_head * esz,
-            a.head_dim * esz, a.head_dim_v * esz};
-        if (use_amx) {
-          pv.rows(0, pv.n);
+        // The next tile's K and V stream into L2 over this tile's scores and P·V (NextRows);
+        // the range's first tile, which no tile before it prefetched, is fetched at once.
+        if (first_of_range) {
+          PrefetchHeads{{kp + j0, 0}, j1 - j0, a.head_dim * esz, t.ng, a.k_head * esz}.rows(
+              0, j1 - j0);
+          PrefetchHeads{{vp + j0, 0}, j1 - j0, a.head_dim_v * esz, t.ng, a.v_head * esz}.rows(
+              0, j1 - j0);
+        }
+        NextRows next{sc.pk.data(),     sc.pv.data(),      nn, t.ng, a.k_head * esz, a.v_head * esz,
+                      a.head_dim * esz, a.head_dim_v * esz};
+        if (use_amx)
           amx::scores_tile(sc.qb.data(), t.ng, head_rows, a.head_dim, kp, a.k_head * esz, j0, j1,
                            sc.st.data(), ra, sc.row_scale.data(), sc.kstage.data(), &next);
-        } else {
+        else
           scores_tile_pairs(sc.q.data(), qs, head_rows, t.ng, Rows{kp, 0}, a.k_head * esz, qk_len,
-                            j0, j1, sc.st.data(), 1, ra, pk, pv);
-        }
+                            j0, j1, sc.st.data(), 1, ra, next);
         // m, l of padding rows stay -inf, 0 (they see no key); pm, pl hold kMaxRows ≥ ra.
         float* alpha = sc.wm.data();
         wide_softmax(sc.st.data(), ra, j0, j1, ts, sc.row_lo.data(), sc.row_hi.data(), a.softcap,
@@ -338,18 +340,18 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
                          po + r0 * dvp, dvp, a.head_dim_v, sc.vstage.data(), sc.pstage.data(),
                          &next);
           }
-          next.finish();
-          continue;
+        } else {
+          // The stream's rest spread over P·V's blocks of O.
+          const int64_t blocks = t.ng * pv_pair_blocks(head_rows, a.head_dim_v);
+          const int64_t per = (next.slots() - next.at + blocks - 1) / blocks;
+          for (int64_t gi = 0; gi < t.ng; ++gi) {
+            const int64_t r0 = gi * head_rows;
+            accumulate<Bf16Pairs, 1>(sc.st.data() + r0, ra, head_rows,
+                                     Rows{vp, gi * a.v_head * esz}, j0, j1, po + r0 * dvp, dvp,
+                                     a.head_dim_v, &next, per);
+          }
         }
-        const PrefetchHeads nv{{sc.pv.data(), 0}, nn, a.head_dim_v * esz, t.ng, a.v_head * esz};
-        const int64_t blocks = t.ng * pv_pair_blocks(head_rows, a.head_dim_v);
-        PrefetchStream v_next{&nv, (nn * t.ng + blocks - 1) / blocks};
-        for (int64_t gi = 0; gi < t.ng; ++gi) {
-          const int64_t r0 = gi * head_rows;
-          accumulate<Bf16Pairs, 1>(sc.st.data() + r0, ra, head_rows, Rows{vp, gi * a.v_head * esz},
-                                   j0, j1, po + r0 * dvp, dvp, a.head_dim_v, &v_next);
-        }
-        v_next.finish();
+        next.finish();
         continue;
       }
       for (int64_t gi = 0; gi < t.ng; ++gi) {
@@ -416,7 +418,7 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
     }
     if (pairs && !use_amx)  // AMX P·V keeps O's columns in order
       for (int64_t r = 0; r < rows; ++r) permute_pairs(po + r * dvp, a.head_dim_v, false);
-    merge_state_rows(state, part, rows, dvp);
+    if (stride == 0) merge_state_rows(state, part, rows, dvp);
   }
 }
 
@@ -455,8 +457,9 @@ namespace flashback::cpu_fast {
 HWY_EXPORT(RunSplits);
 HWY_EXPORT(Finish);
 
-void run_splits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, float* state) {
-  HWY_DYNAMIC_DISPATCH(RunSplits)(a, t, s_lo, s_hi, state);
+void run_splits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, float* state,
+                int64_t stride) {
+  HWY_DYNAMIC_DISPATCH(RunSplits)(a, t, s_lo, s_hi, state, stride);
 }
 
 void finish(const AttnArgs& a, const Task& t, const float* states, int64_t n) {

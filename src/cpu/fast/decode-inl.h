@@ -97,42 +97,24 @@ HWY_INLINE void dot_block_pairs(const float* const* q, int64_t qs, const void* c
 
 // Scores of a whole tile for all `heads` KV heads of a task (bf16 pairs, rows per head a
 // multiple of 4), walked key by key and, within a key, head by head: with the heads of a slot
-// adjacent in memory ([pages, P, H, D]) the K rows are read in address order, which the L2
-// stream prefetcher follows (head by head they are 2 KiB apart). Head g's rows are
+// adjacent in memory ([pages, P, H, D]) the K rows are read in address order. Head g's rows are
 // q + g · head_rows · qs, its K row of key j at k[j] + g · k_head_bytes, its scores at
-// s + (g · head_rows + i) · srow + j · skey. Along the way K is prefetched about kAheadBytes
-// ahead (the tile's later rows, then pk's: the next tile's), and the rows of pv (this tile's V,
-// read by P·V next; empty unless no earlier P·V prefetched it) in step.
-//
-// 4 KB of K (two keys of 8 heads × 128 dims) take ~0.3 µs to score, about two DRAM latencies.
-// A whole tile ahead (64 KB for 8 heads) overflowed L1 and evicted the q rows the FMAs read;
-// two keys ahead was 2.5-5 % faster on decode (session 18, one and two threads; prefetches into
-// L1 then). Into L2 since session 28 (PrefetchHeads), 16 KB ahead gained nothing over 4 KB.
-inline constexpr int64_t kAheadBytes = 4096;
+// s + (g · head_rows + i) · srow + j · skey. `next` (the next tile's rows) takes a step of
+// `heads` rows per key.
 inline void scores_tile_pairs(const float* q, int64_t qs, int64_t head_rows, int64_t heads, Rows k,
                               int64_t k_head_bytes, int64_t len, int64_t j0, int64_t j1, float* s,
-                              int64_t srow, int64_t skey, const PrefetchHeads& pk,
-                              const PrefetchHeads& pv) {
+                              int64_t srow, int64_t skey, NextRows& next) {
   // Pair c of a key scores rows 4c..4c+3 (head c / groups) against that head's K row; a key's
-  // pairs go in blocks of 3 (then 2 or 1), each head's K and V rows prefetched before its first.
+  // pairs go in blocks of 3 (then 2 or 1).
   const int64_t groups = head_rows / 4, per_key = heads * groups;
-  const int64_t n = j1 - j0, row_bytes = len * 2;  // bf16
-  const int64_t keys_ahead = std::clamp<int64_t>(kAheadBytes / (heads * row_bytes), 2, kTileKeys);
-  const PrefetchHeads ahead{k + j0, n, row_bytes, heads, k_head_bytes};  // this tile's K
   const int64_t q_step = 4 * qs, s_step = 4 * srow;
   for (int64_t j = j0; j < j1; ++j) {
-    const int64_t ia = j - j0 + keys_ahead;  // the key whose K is prefetched now
-    const PrefetchHeads& pa = ia < n ? ahead : pk;
-    const int64_t pi = ia < n ? ia : ia - n;
+    next.step(heads);
     const float* qn = q;
     const char* kn = static_cast<const char*>(k[j]);
     float* sn = s + j * skey;
-    int64_t g = 0, rg = 0;
-    auto next = [&](const float*& qc, const void*& kc, float*& sc) {
-      if (rg == 0) {
-        pa.row(pi, g);
-        pv.row(j - j0, g);
-      }
+    int64_t rg = 0;
+    auto pair = [&](const float*& qc, const void*& kc, float*& sc) {
       qc = qn;
       kc = kn;
       sc = sn;
@@ -140,7 +122,6 @@ inline void scores_tile_pairs(const float* q, int64_t qs, int64_t head_rows, int
       sn += s_step;
       if (++rg == groups) {
         rg = 0;
-        ++g;
         kn += k_head_bytes;
       }
     };
@@ -149,18 +130,17 @@ inline void scores_tile_pairs(const float* q, int64_t qs, int64_t head_rows, int
     float* sc[3];
     int64_t c = 0;
     for (; c + 3 <= per_key; c += 3) {
-      for (int i = 0; i < 3; ++i) next(qc[i], kc[i], sc[i]);
+      for (int i = 0; i < 3; ++i) pair(qc[i], kc[i], sc[i]);
       dot_block_pairs<3>(qc, qs, kc, len, sc, srow);
     }
     if (per_key - c == 2) {
-      for (int i = 0; i < 2; ++i) next(qc[i], kc[i], sc[i]);
+      for (int i = 0; i < 2; ++i) pair(qc[i], kc[i], sc[i]);
       dot_block_pairs<2>(qc, qs, kc, len, sc, srow);
     } else if (per_key - c == 1) {
-      next(qc[0], kc[0], sc[0]);
+      pair(qc[0], kc[0], sc[0]);
       dot_block_pairs<1>(qc, qs, kc, len, sc, srow);
     }
   }
-  if (n < keys_ahead) pk.rows(0, keys_ahead - n);  // the next tile's rows no key reached
 }
 
 // Scores of `rows` rows against tile keys [j0, j1) (key j's row at k[j]); the next tile's rows
@@ -235,7 +215,7 @@ HWY_INLINE void pv_block(const float* p, int64_t pkey, Rows v, int64_t j0, int64
 }
 
 // Blocks of O that accumulate<Bf16Pairs> computes for `rows` rows of `len` values (one
-// PrefetchStream step each).
+// prefetch step each).
 inline int64_t pv_pair_blocks(int64_t rows, int64_t len) {
   const int64_t N = lanes(), chunks = len / (2 * N);
   const int64_t r6 = rows / 6, r4 = rows % 6 / 4, r1 = rows % 6 % 4;
@@ -247,33 +227,33 @@ inline int64_t pv_pair_blocks(int64_t rows, int64_t len) {
 // addresses in P·V's inner loop are a base plus constants: as a run-time argument GCC 12 kept
 // the row offsets on the stack, four more loads per key (it had specialised them before by
 // chance, as a constprop clone).
-// Bf16Pairs: `pf` (optional) takes a step before each block of O.
+// Bf16Pairs: `pf` (optional) takes a step of `per` rows before each block of O.
 template <class T, int64_t PROW>
 void accumulate(const float* p, int64_t pkey, int64_t rows, Rows v, int64_t j0, int64_t j1,
-                float* o, int64_t os, int64_t len, PrefetchStream* pf = nullptr) {
+                float* o, int64_t os, int64_t len, NextRows* pf = nullptr, int64_t per = 0) {
   const int64_t N = lanes();
   int64_t r = 0;
   if constexpr (std::is_same_v<T, Bf16Pairs>) {  // len is a multiple of 2N
-    PrefetchStream none;
-    PrefetchStream& ps = pf ? *pf : none;
+    NextRows none;
+    NextRows& ps = pf ? *pf : none;
     for (; r + 6 <= rows; r += 6)  // 12 accumulator chains
       for (int64_t x = 0; x < len; x += 2 * N) {
-        ps.step();
+        ps.step(per);
         pv_block<6, 1, T, PROW>(p + r * PROW, pkey, v, j0, j1, o + r * os, os, x);
       }
     for (; r + 4 <= rows; r += 4)
       for (int64_t x = 0; x < len; x += 2 * N) {
-        ps.step();
+        ps.step(per);
         pv_block<4, 1, T, PROW>(p + r * PROW, pkey, v, j0, j1, o + r * os, os, x);
       }
     for (; r < rows; ++r) {
       int64_t x = 0;
       for (; x + 4 * N <= len; x += 4 * N) {
-        ps.step();
+        ps.step(per);
         pv_block<1, 2, T, PROW>(p + r * PROW, pkey, v, j0, j1, o + r * os, os, x);
       }
       for (; x < len; x += 2 * N) {
-        ps.step();
+        ps.step(per);
         pv_block<1, 1, T, PROW>(p + r * PROW, pkey, v, j0, j1, o + r * os, os, x);
       }
     }

@@ -15,6 +15,7 @@
 
 #include "cpu/fast/attention.h"
 #include "cpu/fast/convert.h"
+#include "cpu/fast/next_rows.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 
@@ -211,51 +212,20 @@ struct Prefetch {
   }
 };
 
-// Rows of several KV heads: row i of head g at r[i] + g · head_bytes, prefetched in key-then-head
-// order, i.e. in address order when the heads of a slot are adjacent (a [pages, P, H, D] cache).
-// Read without compute, the decode workloads' K/V came at 25.7 GB/s in address order against
-// 22.2 GB/s head by head (2 threads; the sequential read ceiling was ~26). Into L2 (T1), not L1:
-// an L1 prefetch holds one of the core's ~16 L1 miss buffers until its line arrives, which caps
-// a core's stream near 16 lines per DRAM latency; L2 prefetches queue in the L2's larger one.
-// On an Intel host reading 34-39 GB/s, decode ran 5-7 % faster than with T0 (one and two
-// threads, two and three alternated rounds; PERFORMANCE_CPU.md, session 28); a longer distance
-// (16 KB) or T2 gained nothing more.
+// Rows of several KV heads, row i of head g at r[i] + g · head_bytes, prefetched into L2 at
+// once in key-then-head order (address order when the heads of a slot are adjacent, a
+// [pages, P, H, D] cache): a range's first tile, which no tile before it prefetched
+// (next_rows.h streams the others).
 struct PrefetchHeads {
   Rows r;
   int64_t n = 0, bytes = 0, heads = 1, head_bytes = 0;
 
-  // Row i of head g alone.
-  HWY_INLINE void row(int64_t i, int64_t g) const {
-    if (i >= n) return;
-    const auto* p = static_cast<const char*>(r[i]) + g * head_bytes;
-    for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 2);
-  }
   HWY_INLINE void rows(int64_t i0, int64_t i1) const {
     for (int64_t i = i0; i < std::min(i1, n); ++i)
       for (int64_t g = 0; g < heads; ++g) {
         const auto* row = static_cast<const char*>(r[i]) + g * head_bytes;
         for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(row + b, 0, 2);
       }
-  }
-};
-
-// A PrefetchHeads list issued `per` rows at a time, in its (key, head) order, so that one
-// tile's prefetches spread evenly over another phase's work (decode: the next tile's V over this
-// tile's P·V, as the next tile's K over its scores). Both phases then keep memory busy: with all
-// of a tile's prefetches in the score phase and none in P·V, decode ran 4-10 % slower on a
-// slow-memory host (PERFORMANCE_CPU.md, session 16).
-struct PrefetchStream {
-  const PrefetchHeads* list = nullptr;
-  int64_t per = 0, next = 0;
-
-  HWY_INLINE void step() {
-    if (list == nullptr) return;
-    for (int64_t end = std::min(next + per, list->n * list->heads); next < end; ++next)
-      list->row(next / list->heads, next % list->heads);
-  }
-  HWY_INLINE void finish() {  // whatever `per` left over
-    if (list == nullptr) return;
-    for (; next < list->n * list->heads; ++next) list->row(next / list->heads, next % list->heads);
   }
 };
 
