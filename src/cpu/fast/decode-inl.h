@@ -205,6 +205,7 @@ HWY_INLINE void pv_block(const float* p, int64_t pkey, Rows v, int64_t j0, int64
         vv[w] = load_f32v(static_cast<const T*>(v[j]) + x + w * N);
       }
     }
+    for (int w = 0; w < kV; ++w) in_register(vv[w]);
     for (int i = 0; i < R; ++i) {
       const VF pb = hn::Set(df, p[i * PROW + j * pkey]);
       for (int w = 0; w < kV; ++w) acc[i][w] = hn::MulAdd(pb, vv[w], acc[i][w]);
@@ -218,8 +219,9 @@ HWY_INLINE void pv_block(const float* p, int64_t pkey, Rows v, int64_t j0, int64
 // prefetch step each).
 inline int64_t pv_pair_blocks(int64_t rows, int64_t len) {
   const int64_t N = lanes(), chunks = len / (2 * N);
-  const int64_t r6 = rows / 6, r4 = rows % 6 / 4, r1 = rows % 6 % 4;
-  return (r6 + r4) * chunks + r1 * (len / (4 * N) + len % (4 * N) / (2 * N));
+  const int64_t r12 = kWideRegs ? rows / 12 : 0, rest = rows - 12 * r12;
+  const int64_t r6 = rest / 6, r4 = rest % 6 / 4, r1 = rest % 6 % 4;
+  return (r12 + r6 + r4) * chunks + r1 * (len / (4 * N) + len % (4 * N) / (2 * N));
 }
 
 // Weights of row i, key j at p[i · PROW + j · pkey]: PROW = kTileKeys and pkey = 1 for row-major
@@ -236,6 +238,13 @@ void accumulate(const float* p, int64_t pkey, int64_t rows, Rows v, int64_t j0, 
   if constexpr (std::is_same_v<T, Bf16Pairs>) {  // len is a multiple of 2N
     NextRows none;
     NextRows& ps = pf ? *pf : none;
+    // With 32 registers, 12 rows (24 accumulator chains) share each widened V vector pair.
+    if constexpr (kWideRegs)
+      for (; r + 12 <= rows; r += 12)
+        for (int64_t x = 0; x < len; x += 2 * N) {
+          ps.step(per);
+          pv_block<12, 1, T, PROW>(p + r * PROW, pkey, v, j0, j1, o + r * os, os, x);
+        }
     for (; r + 6 <= rows; r += 6)  // 12 accumulator chains
       for (int64_t x = 0; x < len; x += 2 * N) {
         ps.step(per);
