@@ -35,12 +35,34 @@ namespace {
 
 constexpr size_t kPage = 32768;
 
+// The compute on the lines read: F FMAs per line on its widened bf16 values, in 8 chains.
 template <int F>
-float read_pages(const std::vector<const char*>& pages, int mode, size_t dist) {
+struct Consumer {
   __m512 acc[8];
-  for (auto& a : acc) a = _mm512_setzero_ps();
   const __m512 k = _mm512_set1_ps(1e-6f);
   const __m512i hi_mask = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+
+  Consumer() {
+    for (auto& a : acc) a = _mm512_setzero_ps();
+  }
+  void operator()(const char* line) {
+    const __m512i v = _mm512_load_si512(line);
+    const __m512 lo = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    const __m512 hi = _mm512_castsi512_ps(_mm512_and_si512(v, hi_mask));
+#pragma GCC unroll 32
+    for (int f = 0; f < F; ++f) acc[f & 7] = _mm512_fmadd_ps(f & 1 ? hi : lo, k, acc[f & 7]);
+    if (F == 0) acc[0] = _mm512_add_ps(acc[0], lo);
+  }
+  float sum() const {
+    __m512 s = acc[0];
+    for (int i = 1; i < 8; ++i) s = _mm512_add_ps(s, acc[i]);
+    return _mm512_reduce_add_ps(s);
+  }
+};
+
+template <int F>
+float read_pages(const std::vector<const char*>& pages, int mode, size_t dist) {
+  Consumer<F> consume;
   const size_t n = pages.size();
   for (size_t c = 0; c < n; ++c)
     for (size_t o = 0; o < kPage; o += 64) {
@@ -53,16 +75,9 @@ float read_pages(const std::vector<const char*>& pages, int mode, size_t dist) {
           if (mode == 3) _mm_prefetch(q, _MM_HINT_T2);
         }
       }
-      const __m512i v = _mm512_load_si512(pages[c] + o);
-      const __m512 lo = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-      const __m512 hi = _mm512_castsi512_ps(_mm512_and_si512(v, hi_mask));
-#pragma GCC unroll 32
-      for (int f = 0; f < F; ++f) acc[f & 7] = _mm512_fmadd_ps(f & 1 ? hi : lo, k, acc[f & 7]);
-      if (F == 0) acc[0] = _mm512_add_ps(acc[0], lo);
+      consume(pages[c] + o);
     }
-  __m512 s = acc[0];
-  for (int i = 1; i < 8; ++i) s = _mm512_add_ps(s, acc[i]);
-  return _mm512_reduce_add_ps(s);
+  return consume.sum();
 }
 
 // Groups of S pages: MODE 0 reads a group side by side (a line of each page in turn); MODE 4
@@ -70,19 +85,8 @@ float read_pages(const std::vector<const char*>& pages, int mode, size_t dist) {
 // turn).
 template <int F>
 float read_groups(const std::vector<const char*>& pages, int mode, size_t S) {
-  __m512 acc[8];
-  for (auto& a : acc) a = _mm512_setzero_ps();
-  const __m512 k = _mm512_set1_ps(1e-6f);
-  const __m512i hi_mask = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  Consumer<F> consume;
   const size_t n = pages.size() / S * S, lines = kPage / 64;
-  auto consume = [&](const char* line) {
-    const __m512i v = _mm512_load_si512(line);
-    const __m512 lo = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-    const __m512 hi = _mm512_castsi512_ps(_mm512_and_si512(v, hi_mask));
-#pragma GCC unroll 32
-    for (int f = 0; f < F; ++f) acc[f & 7] = _mm512_fmadd_ps(f & 1 ? hi : lo, k, acc[f & 7]);
-    if (F == 0) acc[0] = _mm512_add_ps(acc[0], lo);
-  };
   for (size_t c = 0; c < n; c += S) {
     if (mode == 0) {
       for (size_t l = 0; l < lines; ++l)
@@ -97,9 +101,7 @@ float read_groups(const std::vector<const char*>& pages, int mode, size_t S) {
         consume(pages[c + p] + l * 64);
       }
   }
-  __m512 s = acc[0];
-  for (int i = 1; i < 8; ++i) s = _mm512_add_ps(s, acc[i]);
-  return _mm512_reduce_add_ps(s);
+  return consume.sum();
 }
 
 float run(int f, const std::vector<const char*>& pages, int mode, size_t dist, size_t S) {
