@@ -17,7 +17,7 @@ namespace flashback::cpu_fast {
 /// half of the keys, then V's first and second half (with 16-key pages, the tile's four pages).
 /// Read page after page instead, decode ran 15-20 % slower from DRAM on an Intel host (two
 /// threads; PERFORMANCE_CPU.md, session 30): a core keeps more lines in flight across four
-/// pages than along one. Turns of 2, 4 or 8 rows were 3-15 % slower, eight runs (quarters) no
+/// pages than along one. Turns of 2, 4 or 8 rows were 3-20 % slower, eight runs (quarters) no
 /// faster.
 ///
 /// L2 (T1), not L1: an L1 prefetch holds one of the core's ~16 L1 miss buffers until its line
