@@ -313,12 +313,10 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
       if (tile_scores) {
         // The next tile's K and V stream into L2 over this tile's scores and P·V (NextRows);
         // the range's first tile, which no tile before it prefetched, is fetched at once.
-        if (first_of_range) {
-          PrefetchHeads{{kp + j0, 0}, j1 - j0, a.head_dim * esz, t.ng, a.k_head * esz}.rows(
-              0, j1 - j0);
-          PrefetchHeads{{vp + j0, 0}, j1 - j0, a.head_dim_v * esz, t.ng, a.v_head * esz}.rows(
-              0, j1 - j0);
-        }
+        if (first_of_range)
+          NextRows{kp + j0,        vp + j0,        j1 - j0,          t.ng,
+                   a.k_head * esz, a.v_head * esz, a.head_dim * esz, a.head_dim_v * esz}
+              .finish();
         NextRows next{sc.pk.data(),     sc.pv.data(),      nn, t.ng, a.k_head * esz, a.v_head * esz,
                       a.head_dim * esz, a.head_dim_v * esz};
         if (use_amx)

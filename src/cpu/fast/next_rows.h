@@ -35,15 +35,21 @@ struct NextRows {
   int64_t slots() const { return 4 * ((n + 1) / 2) * heads; }
   /// Issues the next `rows` slots.
   void step(int64_t rows) {
+    visit(rows, [](const char* row, int64_t bytes) {
+      for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(row + b, 0, 2);
+    });
+  }
+  /// The next `rows` slots in order: use(row address, its bytes) for each slot holding a row.
+  template <class Use>
+  void visit(int64_t rows, Use&& use) {
     const int64_t h = (n + 1) / 2, end = std::min(at + rows, slots());
     for (; at < end; ++at) {
       const int64_t i = (run & 1) * h + key;  // the tile's key
       if (i < n) {
         const bool is_k = run < 2;
-        const char* p = is_k ? static_cast<const char*>(k[i]) + g * k_head_bytes
-                             : static_cast<const char*>(v[i]) + g * v_head_bytes;
-        const int64_t bytes = is_k ? k_bytes : v_bytes;
-        for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 2);
+        use(is_k ? static_cast<const char*>(k[i]) + g * k_head_bytes
+                 : static_cast<const char*>(v[i]) + g * v_head_bytes,
+            is_k ? k_bytes : v_bytes);
       }
       if (++run == 4) {
         run = 0;

@@ -227,23 +227,6 @@ struct Prefetch {
   }
 };
 
-// Rows of several KV heads, row i of head g at r[i] + g · head_bytes, prefetched into L2 at
-// once in key-then-head order (address order when the heads of a slot are adjacent, a
-// [pages, P, H, D] cache): a range's first tile, which no tile before it prefetched
-// (next_rows.h streams the others).
-struct PrefetchHeads {
-  Rows r;
-  int64_t n = 0, bytes = 0, heads = 1, head_bytes = 0;
-
-  HWY_INLINE void rows(int64_t i0, int64_t i1) const {
-    for (int64_t i = i0; i < std::min(i1, n); ++i)
-      for (int64_t g = 0; g < heads; ++g) {
-        const auto* row = static_cast<const char*>(r[i]) + g * head_bytes;
-        for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(row + b, 0, 2);
-      }
-  }
-};
-
 }  // namespace flashback::cpu_fast::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 

@@ -1,0 +1,73 @@
+// The decode prefetch stream (src/cpu/fast/next_rows.h): whatever the step sizes, every K and V
+// row of the tile (each key of each KV head) comes exactly once, in turns of the four runs (K's
+// first half, K's second half, V's first half, V's second half), and nothing past the tile.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <tuple>
+#include <vector>
+
+#include "cpu/fast/next_rows.h"
+
+namespace flashback::cpu_fast {
+namespace {
+
+TEST(NextRows, EveryRowOnceInTurns) {
+  constexpr int64_t kHeadBytes = 256, kKeyBytes = 8 * kHeadBytes, kVBase = 1 << 20;
+  std::mt19937 rng(7);
+  for (int64_t n : {1, 2, 3, 15, 16, 17, 31, 32})
+    for (int64_t heads : {1, 3, 8}) {
+      // Fake row addresses: K key i at i · kKeyBytes, V key i at kVBase + i · kKeyBytes.
+      std::vector<const char*> k(static_cast<size_t>(n)), v(static_cast<size_t>(n));
+      const std::vector<char> memory(static_cast<size_t>(kVBase + n * kKeyBytes));
+      const char* base = memory.data();  // the rows are addresses only, never read
+      for (int64_t i = 0; i < n; ++i) {
+        k[static_cast<size_t>(i)] = base + i * kKeyBytes;
+        v[static_cast<size_t>(i)] = base + kVBase + i * kKeyBytes;
+      }
+      NextRows s{reinterpret_cast<const void* const*>(k.data()),
+                 reinterpret_cast<const void* const*>(v.data()),
+                 n,
+                 heads,
+                 kHeadBytes,
+                 kHeadBytes,
+                 128,
+                 192};
+      std::vector<std::tuple<bool, int64_t, int64_t>> seen;  // (is V, key, head)
+      auto record = [&](const char* row, int64_t bytes) {
+        const int64_t off = row - base;
+        const bool is_v = off >= kVBase;
+        EXPECT_EQ(bytes, is_v ? 192 : 128);
+        const int64_t r = is_v ? off - kVBase : off;
+        seen.emplace_back(is_v, r / kKeyBytes, r % kKeyBytes / kHeadBytes);
+      };
+      std::uniform_int_distribution<int64_t> size(0, 5);
+      while (s.at < s.slots()) s.visit(size(rng), record);
+      s.visit(10, record);  // past the end: nothing
+      const std::string what = "n=" + std::to_string(n) + " heads=" + std::to_string(heads);
+      ASSERT_EQ(seen.size(), static_cast<size_t>(2 * n * heads)) << what;
+      std::map<std::tuple<bool, int64_t, int64_t>, int> count;
+      for (const auto& x : seen) ++count[x];
+      for (bool is_v : {false, true})
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t g = 0; g < heads; ++g)
+            EXPECT_EQ((count[{is_v, i, g}]), 1) << what << " V=" << is_v << " key " << i;
+      // The turn order: K key w, K key h + w, V key w, V key h + w (those that exist), head
+      // by head, then the next w.
+      const int64_t h = (n + 1) / 2;
+      size_t at = 0;
+      for (int64_t w = 0; w < h; ++w)
+        for (int64_t g = 0; g < heads; ++g)
+          for (int run = 0; run < 4; ++run) {
+            const int64_t key = (run & 1) * h + w;
+            if (key >= n) continue;
+            ASSERT_LT(at, seen.size());
+            EXPECT_EQ(seen[at], std::make_tuple(run >= 2, key, g)) << what << " slot " << at;
+            ++at;
+          }
+    }
+}
+
+}  // namespace
+}  // namespace flashback::cpu_fast
