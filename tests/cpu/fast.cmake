@@ -3,6 +3,7 @@ flashback_add_test(test_fast_paged cpu test_fast_paged.cc)
 flashback_add_test(test_fast_invariance cpu test_fast_invariance.cc)
 flashback_add_test(test_fast_ops cpu test_fast_ops.cc)
 flashback_add_test(test_next_rows cpu test_next_rows.cc)
+flashback_add_test(test_stealing_runs cpu test_stealing_runs.cc)
 
 # Forces Highway's dispatch to each compiled target; same target list as the kernels.
 flashback_add_test(test_fast_targets cpu test_fast_targets.cc)

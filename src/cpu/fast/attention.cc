@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cpu/fast/fast.h"
+#include "cpu/fast/stealing_runs.h"
 #include "cpu/reference.h"
 
 namespace flashback::cpu_fast {
@@ -95,8 +96,10 @@ void run_tasks(const AttnArgs& a, const std::vector<Task>& tasks, const Exec& ex
   }
   // Units (task, split) in task order, dealt to the threads as contiguous runs of about equal
   // work (keys × rows): a thread's run continues one task's splits with no break in the
-  // next-tile prefetches, where units dealt one at a time each began on a cold tile. Every
-  // split still writes its own state, merged in split order by finish.
+  // next-tile prefetches, where units dealt one at a time each began on a cold tile. A thread
+  // done with its run takes the back half of the largest run left (StealingRuns), so one slowed
+  // by its host (a shared core) does not hold the others at the barrier. Every split still
+  // writes its own state, merged in split order by finish.
   std::vector<int64_t> first(static_cast<size_t>(n + 1), 0);
   std::vector<std::pair<int64_t, int64_t>> units;  // (task, split)
   std::vector<double> work_before(1, 0.0);         // work of units [0, u)
@@ -118,20 +121,34 @@ void run_tasks(const AttnArgs& a, const std::vector<Task>& tasks, const Exec& ex
     return static_cast<int64_t>(std::lower_bound(work_before.begin(), work_before.end(), target) -
                                 work_before.begin());
   };
+  StealingRuns runs(threads);
+  for (int r = 0; r < threads; ++r) runs.set(r, run_start(r), run_start(r + 1));
 #pragma omp parallel num_threads(threads)
   {
-#pragma omp for schedule(static, 1)
-    for (int r = 0; r < threads; ++r) {
-      const int64_t u1 = run_start(r + 1);
-      for (int64_t u = run_start(r); u < u1;) {
-        const int64_t i = units[u].first;
-        int64_t v = u;  // this task's units in the run: [u, v)
-        while (v < u1 && units[v].first == i) ++v;
-        run_splits(a, tasks[i], units[u].second, units[u].second + (v - u), states.data() + u * sf,
-                   sf);
-        u = v;
+    // Runs of threads the team lacks (a smaller team than asked for) are taken by stealing.
+    const int r = omp_get_thread_num();
+    struct Claim {
+      StealingRuns* runs;
+      int r;
+    } claim{&runs, r};
+    const SplitClaim take_next{[](void* c) {
+                                 auto* cl = static_cast<Claim*>(c);
+                                 int64_t u;
+                                 return cl->runs->take(cl->r, u);
+                               },
+                               &claim};
+    for (;;) {
+      int64_t u;
+      if (!runs.take(r, u)) {
+        if (!runs.steal(r)) break;
+        continue;
       }
+      // Unit u and the task's units after it, as long as this thread's run still holds them
+      // (only the owner takes from a run's front, so a successful take is the next unit).
+      const Task& t = tasks[units[u].first];
+      run_splits(a, t, units[u].second, t.split_hi, states.data() + u * sf, sf, take_next);
     }
+#pragma omp barrier
 #pragma omp for schedule(dynamic, 1)
     for (int64_t i = 0; i < n; ++i)
       finish(a, tasks[i], states.data() + first[i] * sf, first[i + 1] - first[i]);

@@ -109,11 +109,19 @@ void key_offsets(const AttnArgs& a, const Task& t, int64_t t0, int64_t n, int64_
                  int64_t* v_off);
 
 // SIMD kernels (attention_kernel.cc), dispatched to the best target at run time.
+/// Asked before each split of a range but its first: false ends the range there (another
+/// thread has taken the rest). Empty: the whole range runs.
+struct SplitClaim {
+  bool (*take)(void* ctx) = nullptr;
+  void* ctx = nullptr;
+  bool operator()() const { return take == nullptr || take(ctx); }
+};
 /// Runs splits [s_lo, s_hi) of `t`, merged in order into `state` (starts empty); or, with
 /// `stride` > 0, split s's own state to state + (s - s_lo) · stride (empty where it sees no
-/// key). Within the range a split's last tile prefetches the next split's first one.
+/// key). Within the range a split's last tile prefetches the next split's first one. With
+/// `claim` (stride > 0 only) the range may end early, at the first split it refuses.
 void run_splits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, float* state,
-                int64_t stride = 0);
+                int64_t stride = 0, SplitClaim claim = {});
 /// Merges `n` states in order and writes the task's out / lse rows.
 void finish(const AttnArgs& a, const Task& t, const float* states, int64_t n);
 

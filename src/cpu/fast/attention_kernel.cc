@@ -114,7 +114,7 @@ void prepare_amx(const AttnArgs& a, const Task& t, int64_t head_rows, int64_t ra
 }
 
 void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, float* state,
-               int64_t stride) {
+               int64_t stride, SplitClaim claim) {
   const int64_t rows = t.rows(), head_rows = t.nt * t.nh;  // rows per KV head
   const int64_t dp = pad(a.head_dim), dqvp = a.qv ? pad(a.head_dim_qv) : 0;
   const int64_t dvp = pad(a.head_dim_v);
@@ -264,6 +264,7 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
   int64_t* vo_next = vo + kTileKeys;
   bool first = true;  // no tile of the range has run yet (so none prefetched this one)
   for (int64_t sp = s_lo; sp < s_hi; ++sp) {
+    if (sp > s_lo && stride > 0 && !claim()) break;  // the rest is another thread's now
     int64_t k_lo, k_hi;
     split_range(sp, k_lo, k_hi);
     if (stride > 0) part = state + (sp - s_lo) * stride;  // the split's own state
@@ -456,8 +457,8 @@ HWY_EXPORT(RunSplits);
 HWY_EXPORT(Finish);
 
 void run_splits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, float* state,
-                int64_t stride) {
-  HWY_DYNAMIC_DISPATCH(RunSplits)(a, t, s_lo, s_hi, state, stride);
+                int64_t stride, SplitClaim claim) {
+  HWY_DYNAMIC_DISPATCH(RunSplits)(a, t, s_lo, s_hi, state, stride, claim);
 }
 
 void finish(const AttnArgs& a, const Task& t, const float* states, int64_t n) {
