@@ -18,6 +18,9 @@
 // S = 4 (decode's pattern since session 30) 23.8-25.3 GB/s at F = 0 and 18.4-20.5 at F = 24,
 // against 15.9-16.5 for a T1 prefetch one page ahead (MODE 2, DIST 32768) at F = 24; plain reads,
 // no prefetch: 20.9-21.5 at F = 0 (S = 1), 17.7-17.9 at F = 24 side by side over S = 8 pages.
+// Session 31, a Zen 1 host (AVX2 consumer), two threads: F = 0 15.4-15.9; F = 8 11.0-13.8 with
+// MODE 4 S = 4; F = 12 9.3 in page order without prefetch, 9.6 with T0 1-4 KB ahead, 5.1-5.8
+// with MODE 4 S = 4 (10.2 in cache).
 #include <immintrin.h>
 #include <omp.h>
 #include <sys/mman.h>

@@ -22,7 +22,9 @@ namespace flashback::cpu_fast {
 ///
 /// L2 (T1), not L1: an L1 prefetch holds one of the core's ~16 L1 miss buffers until its line
 /// arrives, and with several KV heads per task a row is used only after the other heads' work,
-/// long after L1 would have evicted it.
+/// long after L1 would have evicted it. AMD before Zen 4 fills L1 for every hint; there too the
+/// stream pays (Zen 1, session 31: without it decode ran 1.3-1.6x slower, and every variant
+/// tried, L1-sized or in address order, was slower or equal; PERFORMANCE_CPU.md).
 struct NextRows {
   const void* const* k = nullptr;
   const void* const* v = nullptr;
