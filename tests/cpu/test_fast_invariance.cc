@@ -1,5 +1,5 @@
 // Batch invariance of the fast CPU paged attention: a request's output and LSE bits are the same
-// alone or inside a bigger batch, with 1, 2 or 3 threads — i.e. whether its fixed-size key splits
+// alone or inside a bigger batch, with 1, 2, 3 or 5 threads — i.e. whether its fixed-size key splits
 // run in parallel and merge afterwards (small batch, several threads) or run in one task.
 #include <cstring>
 #include <string>
@@ -71,7 +71,9 @@ void expect_invariant(const AttentionCase& c, int64_t x) {
   paged_attention(f.params, fast_test::fast(2));
   EXPECT_CLOSE(testing::compare(f.params.out, o.params.out, f.params.lse, o.params.lse),
                c.describe());
-  for (int threads : {1, 2, 3}) {
+  // 3 and 5 threads oversubscribe a 2-core host: threads finish their runs at different times
+  // and take the rest of others' runs (StealingRuns), often mid-range.
+  for (int threads : {1, 2, 3, 5}) {
     for (bool alone : {true, false}) {
       if (alone && threads == 1) continue;
       const Result r = alone ? run_alone(d, x, threads, 0) : run_batch(d, x, threads);
