@@ -1,6 +1,6 @@
 // Batch invariance of the fast CPU paged attention: a request's output and LSE bits are the same
-// alone or inside a bigger batch, with 1, 2, 3 or 5 threads — i.e. whether its fixed-size key splits
-// run in parallel and merge afterwards (small batch, several threads) or run in one task.
+// alone or inside a bigger batch, with 1, 2, 3 or 5 threads — i.e. whether its fixed-size key
+// splits run in parallel and merge afterwards (small batch, several threads) or run in one task.
 #include <cstring>
 #include <string>
 #include <vector>
