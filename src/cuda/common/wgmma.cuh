@@ -222,26 +222,29 @@ __device__ __forceinline__ void wgmma_ss_nb(float (&d)[NB][4], uint64_t a, uint6
     wgmma_ss_n32<T, A_MN>(d, a, b, accumulate);
 }
 
-/// d += A B for a 64 x 128 x 16 step, A from registers (the mma.sync m16n8k16 A fragment of the
-/// warp's 16 rows) and B MN-major from shared memory.
-template <typename T>
-__device__ __forceinline__ void wgmma_rs_n128(float (&d)[16][4], const uint32_t (&a)[4],
-                                              uint64_t b) {
+/// d (+)= A B for a 64 x 128 x 16 step, A from registers (the mma.sync m16n8k16 A fragment of the
+/// warp's 16 rows) and B from shared memory: MN-major (V for O = P V) or, with B_MN = false,
+/// K-major (K for S = Q K^T with Q in registers). accumulate = false overwrites d.
+template <typename T, bool B_MN = true>
+__device__ __forceinline__ void wgmma_rs_n128(float (&d)[16][4], const uint32_t (&a)[4], uint64_t b,
+                                              bool accumulate = true) {
 #ifdef FLASHBACK_WGMMA
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     asm volatile(
         "{\n .reg .pred p;\n setp.ne.b32 p, %69, 0;\n"
         " wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " FLASHBACK_WG_D128
-        ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+        ", {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
         : FLASHBACK_WG_ACC128
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(static_cast<int>(accumulate)),
+          "n"(B_MN ? 1 : 0));
   } else {
     asm volatile(
         "{\n .reg .pred p;\n setp.ne.b32 p, %69, 0;\n"
         " wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " FLASHBACK_WG_D128
-        ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+        ", {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
         : FLASHBACK_WG_ACC128
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(static_cast<int>(accumulate)),
+          "n"(B_MN ? 1 : 0));
   }
 #endif
 }

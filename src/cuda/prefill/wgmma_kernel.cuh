@@ -8,13 +8,13 @@
 // any other tile by the warps' cp.async in 128-byte pieces, both into the 128-byte-swizzled
 // layout wgmma reads (cuda/common/wgmma.cuh), STAGES deep; the copies complete on the stage's
 // `full` mbarrier (cp.async by arrivals, TMA by bytes). Warpgroups 0 and 1 consume 64 query rows
-// each: S = Q K^T (both operands in shared memory), the online softmax in registers (softmax.cuh,
-// as the mma.sync kernel), O += P V with P straight from the S registers as the A operand. A
-// consumer issues S of tile j together with P V of tile j - 1 and runs tile j's softmax while P V
-// does, so a stage holds what one such step reads: K of tile j and V of tile j - 1 (a block of n
-// tiles takes n + 1 stages, the first with K only, the last with V only), and it is freed on its
-// `empty` mbarrier after the step. A consumer thus holds one stage at a time, and the two stages
-// give the producer a step of lead. The two consumers take turns issuing a step's MMAs
+// each: S = Q K^T (K from shared memory, Q from registers at D = 128: kQRegs), the online softmax
+// in registers (softmax.cuh, as the mma.sync kernel), O += P V with P straight from the S registers
+// as the A operand. A consumer issues S of tile j together with P V of tile j - 1 and runs tile j's
+// softmax while P V does, so a stage holds what one such step reads: K of tile j and V of tile j -
+// 1 (a block of n tiles takes n + 1 stages, the first with K only, the last with V only), and it is
+// freed on its `empty` mbarrier after the step. A consumer thus holds one stage at a time, and the
+// two stages give the producer a step of lead. The two consumers take turns issuing a step's MMAs
 // (FlashAttention-3's pingpong), so one's softmax overlaps the other's MMAs. The
 // producer also schedules: it walks the CTA's blocks (blocks.h, BlockCursor: a persistent grid
 // of about one CTA per SM over every block of the batch, longest first, or a grid over the
@@ -71,7 +71,9 @@ struct WgmmaConfig {
   // 164 KB instead of 225 the SM keeps a larger L1 carve-out.
   static constexpr int STAGES = 2;
   static constexpr int SMEM_BYTES = smem_for(STAGES);
-  static constexpr int PRODUCER_REGS = 56, CONSUMER_REGS = 224;  // 128 x 56 + 256 x 224 <= 64K
+  // 128 x 40 + 256 x 232 <= 64K. The consumers' 232 hold Q's fragments beside S, P and O
+  // (kQRegs; at 224 ptxas spilled loop state); the producer needs no more than 40.
+  static constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
   static_assert(!kBuilt || SMEM_BYTES <= 227 * 1024, "shared memory per CTA exceeds 227 KB");
 };
 
@@ -165,6 +167,34 @@ struct WgmmaPrefill {
       wgmma_ss_n128<T>(sacc[0], sw128_desc_at(qa, (ks >> 2) * BM * 128 + col),
                        sw128_desc_at(kb, (ks >> 2) * N * 128 + col), ks > 0);
     }
+    wgmma_commit();
+  }
+  // Q in registers: S's A operand as the warp's mma.sync A fragments, loaded once per block
+  // (ldmatrix from the swizzled Q rows), so S reads only K from shared memory: a fifth less
+  // operand traffic per tile (Q 16 KB + K 32 KB + V 32 KB per warpgroup), and Q's rows are free
+  // for the next block as soon as both warpgroups hold them. 1.4-1.7 % faster on the 128/128
+  // workloads (H100, session 32), whose sustained clock the power limit sets. Not for D = 192
+  // (48 more registers) nor with softcap (ptxas spilled).
+  static constexpr bool kQRegs = D == 128 && !CAP;
+  __device__ __forceinline__ void load_q(uint32_t (&qf)[D / 16][4], int wg, int warp,
+                                         int lane) const {
+    const int row = wg * 64 + warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      const uint32_t addr = q_addr() + sw128_offset(row, 2 * ks + (lane >> 4), BM);
+      asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                   : "=r"(qf[ks][0]), "=r"(qf[ks][1]), "=r"(qf[ks][2]), "=r"(qf[ks][3])
+                   : "r"(addr));
+    }
+  }
+  __device__ __forceinline__ void issue_s(const uint32_t (&qf)[D / 16][4], int stage,
+                                          float (&sacc)[1][N / 8][4]) const {
+    const uint32_t kb = sw128_desc_lo(k_stage(warp_uniform(stage)), 16);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks)
+      wgmma_rs_n128<T, false>(sacc[0], qf[ks],
+                              sw128_desc_at(kb, (ks >> 2) * N * 128 + (ks & 3) * 32), ks > 0);
     wgmma_commit();
   }
   // O += P V of one tile (P in registers, V in stage `stage`).
@@ -424,15 +454,31 @@ struct WgmmaPrefill {
         acc[0][u][0] = acc[0][u][1] = acc[0][u][2] = acc[0][u][3] = 0.f;
       float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
 
-      // Q is dead after the block's last S: releasing it then lets the next block's Q load
-      // while this block finishes. `done_with_q(j)` after tile j's S; a warpgroup that never
-      // ran the last S releases Q after the loop.
+      // Q's shared rows are dead after the block's last S (or, with kQRegs, once loaded into
+      // registers): releasing them then lets the next block's Q load while this block
+      // finishes. `done_with_q(j)` after tile j's S; a warpgroup that never ran the last S
+      // releases Q after the loop.
       bool q_held = true;
       auto done_with_q = [&](int j) {
-        if (j == sp.ntiles - 1) {
+        if (!kQRegs && j == sp.ntiles - 1) {
           mbar_arrive(q_empty());
           q_held = false;
         }
+      };
+      // With Q in registers, Q's shared rows are free as soon as this warpgroup has them.
+      uint32_t qf[kQRegs ? D / 16 : 1][4];
+      if constexpr (kQRegs) {
+        if (rw.live && sp.ntiles > 0) {
+          load_q(qf, wg, warp, lane);
+          mbar_arrive(q_empty());
+          q_held = false;
+        }
+      }
+      auto s_mma = [&](int s, float(&sa)[1][N / 8][4]) {
+        if constexpr (kQRegs)
+          issue_s(qf, s, sa);
+        else
+          issue_s(sq_addr, s, sa);
       };
       if (!rw.live) {
         // No real query in this warpgroup's 64 rows (a short entry or a block's tail): keep the
@@ -461,7 +507,7 @@ struct WgmmaPrefill {
           mbar_wait(full(s), (it / S) & 1);
           fence_proxy_async_smem();
           turn();
-          issue_s(sq_addr, s, sacc);
+          s_mma(s, sacc);
           pass();
           wgmma_wait<0>();
           reg_fence(sacc[0]);
@@ -476,7 +522,7 @@ struct WgmmaPrefill {
           mbar_wait(full(s), (it / S) & 1);
           fence_proxy_async_smem();
           turn();
-          issue_s(sq_addr, s, sacc);
+          s_mma(s, sacc);
           issue_pv(s, acc, pa);
           pass();
           wgmma_wait<1>();
