@@ -13,7 +13,7 @@ namespace flashback::bench {
 bool cuda_built();
 
 /// Read bandwidth (streaming kernel over a buffer far larger than L2) and bf16 tensor-core peak
-/// (cuBLAS GEMM 8192^3) of the current GPU.
+/// (cuBLAS GEMM 8192^3 on pseudo-random operands) of the current GPU.
 Ceilings measure_cuda_ceilings();
 
 /// Times the workload on the current GPU: inputs built on the host through the shared case,
