@@ -99,7 +99,7 @@ bool wgmma_staged_out(const PrefillParams& p, int elem_bytes) {
          ((reinterpret_cast<uintptr_t>(p.out) | bytes(p.out_st) | bytes(p.out_sh)) & 15) == 0;
 }
 
-dim3 wgmma_grid(PrefillParams& p, int rows) {
+dim3 wgmma_grid(PrefillParams& p, int rows, int max_pairs) {
   // Persistent (blocks.h): about one CTA per SM (the kernel takes one) walks the (rank, entry,
   // head) items in bands of ranks, longest band first, so the producer streams the next block's
   // Q and tiles while the consumers finish one across the whole launch, and the launch ends
@@ -120,6 +120,7 @@ dim3 wgmma_grid(PrefillParams& p, int rows) {
   const bool fits = items < (int64_t{1} << 31);
   const bool full = 8 * p.total_q > 7 * int64_t{p.m_blocks - 1} * rows * p.batch;
   p.persistent = fits && (forced > 0 || (forced < 0 && items > sms && full));
+  p.head_pairs = false;
   if (p.persistent) {
     // Bands of ranks (blocks.h): the items side by side share K/V in L2 and the band's ranks
     // differ little in cost. Causal or windowed: max(6, 24 / group) ranks, about 24 items per K/V
@@ -132,6 +133,16 @@ dim3 wgmma_grid(PrefillParams& p, int rows) {
     p.sched_band = std::min(p.m_blocks, band_env > 0  ? band_env
                                         : equal_ranks ? p.m_blocks
                                                       : std::max(6, 24 / std::max(p.group, 1)));
+    // Head pairs (wgmma_kernel.cuh): clusters of two CTAs run q heads 2i and 2i + 1 of a KV
+    // group side by side, each loading half of every K/V tile for both by TMA multicast, which
+    // halves the tiles' traffic from L2. Only where the tiles come by TMA (kv_box) and every
+    // cluster runs at once. Off until measured on the GPU: FLASHBACK_PREFILL_CLUSTER=1 turns it on.
+    static const bool want_pairs = env_value("FLASHBACK_PREFILL_CLUSTER") == "1";
+    p.head_pairs = want_pairs && max_pairs > 0 && p.group % 2 == 0 && p.kv_box > 0;
+    if (p.head_pairs) {
+      const int64_t clusters = std::min(items / 2, forced > 0 ? (forced + 1) / 2 : max_pairs);
+      return dim3(static_cast<unsigned>(2 * std::max<int64_t>(clusters, 1)), 1, 1);
+    }
     return dim3(static_cast<unsigned>(std::min(items, forced > 0 ? forced : sms)), 1, 1);
   }
   // Otherwise a grid over the blocks, two query blocks per CTA (snake_block: one long, one

@@ -39,8 +39,10 @@ bool wgmma_pingpong();
 /// rows are 16-byte aligned, unless the environment sets FLASHBACK_PREFILL_STAGED_OUT=0
 /// (launch.cu).
 bool wgmma_staged_out(const PrefillParams& p, int elem_bytes);
-/// The Hopper kernel's grid for blocks of `rows` queries; sets p.persistent (launch.cu).
-dim3 wgmma_grid(PrefillParams& p, int rows);
+/// The Hopper kernel's grid for blocks of `rows` queries; sets p.persistent and p.head_pairs
+/// (clusters of two where `max_pairs`, the clusters of two the device runs at once, allows;
+/// launch.cu).
+dim3 wgmma_grid(PrefillParams& p, int rows, int max_pairs);
 
 // The Hopper kernel (wgmma_kernel.cuh) takes the shapes it is built for with 16-bit caches.
 template <int D, int DV>
@@ -59,13 +61,15 @@ void launch_wgmma(const PrefillParams& p_in, cudaStream_t stream) {
   add_kv_maps(p, D, DV, Cfg::N);
   p.pingpong = wgmma_pingpong();
   p.staged_out = wgmma_staged_out(p, static_cast<int>(sizeof(T)));
-  const dim3 grid = wgmma_grid(p, Cfg::BM);
-  if (p.softcap > 0.f)
-    launch_with_smem(prefill_wgmma_kernel<Cfg, T, true>, grid, Cfg::THREADS, Cfg::SMEM_BYTES,
-                     stream, p, "prefill_wgmma_kernel");
-  else
-    launch_with_smem(prefill_wgmma_kernel<Cfg, T, false>, grid, Cfg::THREADS, Cfg::SMEM_BYTES,
-                     stream, p, "prefill_wgmma_kernel");
+  const auto kernel =
+      p.softcap > 0.f ? prefill_wgmma_kernel<Cfg, T, true> : prefill_wgmma_kernel<Cfg, T, false>;
+  set_smem(kernel, Cfg::SMEM_BYTES, "prefill_wgmma_kernel");
+  // Head pairs only where a KV group holds an even number of q heads (the pair's heads share it).
+  const int max_pairs =
+      p.group % 2 == 0 ? max_active_clusters(kernel, Cfg::THREADS, Cfg::SMEM_BYTES, 2) : 0;
+  const dim3 grid = wgmma_grid(p, Cfg::BM, max_pairs);
+  launch_with_smem(kernel, grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream, p, "prefill_wgmma_kernel",
+                   p.head_pairs ? 2 : 1);
 }
 
 // Softcap is a kernel variant (kernel.cuh says why).

@@ -55,6 +55,9 @@ struct PrefillParams {
 
   bool persistent = false;  // Hopper kernel: about one CTA per SM walks every block (blocks.h)
   int sched_band = 1;       // the persistent schedule's ranks per band (blocks.h)
+  // Hopper kernel, persistent: CTAs in clusters of two take q heads 2i and 2i + 1 (one KV group)
+  // of the same block, and each loads half of every K/V tile for both (TMA multicast).
+  bool head_pairs = false;
 
   int batch = 0, heads_q = 0, group = 1, page_size = 1;
   int64_t total_q = 0;  // query rows of the whole batch

@@ -21,7 +21,13 @@
 // blocks with two per CTA where that fills the GPU; launch.cu, wgmma_grid) and publishes each
 // block's entry in a shared slot beside its Q, so the next block's Q and tiles stream in while
 // the consumers finish the current one. Registers move from the producer to the consumers
-// with setmaxnreg.
+// with setmaxnreg. Head pairs (persistent grid, KV groups of an even number of q heads, tiles by
+// TMA): CTAs in clusters of two take q heads 2i and 2i + 1 of the same block, whose tiles are
+// the same keys of the same KV head, and each CTA's producer issues half of every tile's TMA
+// boxes with multicast into both; a stage is refilled once the consumers of both CTAs released
+// it (`empty` counts the other CTA's warps too). That halves the K/V bytes each SM pulls from L2,
+// an energy cost where sustained prefill is bound by the power limit (docs/PERFORMANCE_GPU.md,
+// session 32); launch.cu says whether it is on.
 //
 // Built only for (D, 128) with D a multiple of 64 up to 192 (128/128 and the MLA chunked-prefix
 // 192/128 of the workloads); the mma.sync kernel serves every other case, fp8 caches included.
@@ -38,6 +44,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/cluster.cuh"
 #include "cuda/common/mbarrier.cuh"
 #include "cuda/common/paged.cuh"
 #include "cuda/common/sw128_copy.cuh"
@@ -101,6 +108,10 @@ struct WgmmaPrefill {
   static_assert(SLOT_OFF % 16 == 0 && 2 * sizeof(BlockSlot) == Cfg::SLOT_BYTES, "slot layout");
   uint32_t base;
   BlockSlot* slot;  // generic pointer to the two slots at base + SLOT_OFF
+  // Head pairs (p.head_pairs): this CTA's rank in its cluster of two; it runs q head 2i + rank
+  // of the pair's blocks and the other CTA (rank ^ 1) head 2i.
+  bool pairs;
+  uint32_t rank;
 
   __device__ uint32_t q_addr() const { return base; }
   __device__ uint32_t k_stage(int s) const { return base + Cfg::Q_BYTES + s * Cfg::STAGE_BYTES; }
@@ -111,11 +122,14 @@ struct WgmmaPrefill {
   __device__ uint32_t q_full() const { return bar(2 * S); }
   __device__ uint32_t q_empty() const { return bar(2 * S + 1); }
 
-  // Initialises the barriers (one thread; __syncthreads before use).
+  // Initialises the barriers (one thread; __syncthreads, or cluster_sync with head pairs,
+  // before use).
   __device__ void init_barriers() const {
     for (int s = 0; s < S; ++s) {
-      mbar_init(full(s), 128);   // one .noinc arrival per producer thread
-      mbar_init(empty(s), 256);  // every consumer thread
+      mbar_init(full(s), 128);  // one .noinc arrival per producer thread
+      // Every consumer thread; with head pairs also each warp of the other CTA's consumers,
+      // whose stage s this CTA's producer fills too.
+      mbar_init(empty(s), 256 + (pairs ? 8 : 0));
     }
     mbar_init(q_full(), 129);  // the Q copies' .noinc arrivals and the slot writer's arrival
     mbar_init(q_empty(), 256);
@@ -123,13 +137,15 @@ struct WgmmaPrefill {
 
   // This CTA's blocks (blocks.h): a persistent grid of about one CTA per SM walks every
   // (rank, entry, head) item; otherwise the CTA is (x, head, entry) of a grid over the blocks.
-  static __device__ BlockCursor cursor(const PrefillParams& p) {
+  // With head pairs the cursor walks the clusters' items, a pair of heads as one head.
+  __device__ BlockCursor cursor(const PrefillParams& p) const {
+    const int c = pairs ? 2 : 1;
     return {.persistent = p.persistent,
-            .ctas = static_cast<int>(gridDim.x),
-            .x = static_cast<int>(blockIdx.x),
+            .ctas = static_cast<int>(gridDim.x) / c,
+            .x = static_cast<int>(blockIdx.x) / c,
             .R = p.m_blocks,
             .batch = p.batch,
-            .heads = p.heads_q,
+            .heads = p.heads_q / c,
             .band = p.sched_band,
             .b = static_cast<int>(blockIdx.z),
             .h = static_cast<int>(blockIdx.y)};
@@ -295,12 +311,32 @@ struct WgmmaPrefill {
     }
     // The producer's next copies into this half come through the async proxy (TMA).
     fence_proxy_async_smem();
-    mbar_arrive(empty(stage));
+    release(stage, lane);
     T* o = static_cast<T*>(p.out) + static_cast<int64_t>(h) * p.out_sh + chunk * 8;
 #pragma unroll
     for (int k = 0; k < 16 / RPI; ++k) {
       const int r = first + k * RPI + lane / CH;
       if (r < e.q_len) st_global_v4(o + (e.q0 + r) * p.out_st, v[k]);
+    }
+  }
+
+  // One TMA box of a tile (box number i of its K or V); with head pairs, every other box, into
+  // both CTAs of the cluster.
+  __device__ __forceinline__ void load_box(uint32_t dst, const TensorMap& map, int col, int g,
+                                           KeyLoc loc, uint32_t bar, int i) const {
+    if (!pairs)
+      tma_load_4d(dst, map, col, g, loc.y, loc.x, bar);
+    else if ((i & 1) == static_cast<int>(rank))
+      tma_load_4d_multicast(dst, map, col, g, loc.y, loc.x, bar, 0x3);
+  }
+  // A consumer thread is done with stage s: its arrival on the stage's `empty`, and with head
+  // pairs the warp's on the other CTA's (whose producer fills this CTA's stage s too). The
+  // warp's reads of the stage are complete at each thread's wgmma wait (or ld.shared) before.
+  __device__ __forceinline__ void release(int s, int lane) const {
+    mbar_arrive(empty(s));
+    if (pairs) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive_cluster(cluster_map(empty(s), rank ^ 1));
     }
   }
 
@@ -310,14 +346,16 @@ struct WgmmaPrefill {
   __device__ void produce(const PrefillParams& p) {
     const int t = threadIdx.x - 256, lane = t & 31, warp = t >> 5;
     BlockCursor cur = cursor(p);
+    // The cursor's head, or its pair of heads: this CTA's q head.
+    const auto head = [&](int ch) { return pairs ? 2 * ch + static_cast<int>(rank) : ch; };
     Entry e;
     int it = 0, blk = 0;
-    for (int mb; (mb = cur.next([&](int b, int h) {
-                   e = load_entry(p, b, h / p.group);
+    for (int mb; (mb = cur.next([&](int b, int ch) {
+                   e = load_entry(p, b, head(ch) / p.group);
                    return (e.q_len + BM - 1) / BM;
                  })) >= 0;
          ++blk) {
-      const int h = cur.h, g = h / p.group, row0 = mb * BM;
+      const int h = head(cur.h), g = h / p.group, row0 = mb * BM;
       const unsigned char* kbase = static_cast<const unsigned char*>(p.k) + g * p.k_sh * 2;
       const unsigned char* vbase = static_cast<const unsigned char*>(p.v) + g * p.v_sh * 2;
       PageWalk walk;
@@ -349,7 +387,9 @@ struct WgmmaPrefill {
       // Tiles whose keys all exist come by TMA where launch.cu built the maps: a box per
       // kv_box keys, issued by the thread of its first key (paged boxes must then start on a
       // page boundary, and do for every tile when the block's first does), the stage's `full`
-      // also waiting for their bytes. The other tiles, by the warps' cp.async.
+      // also waiting for their bytes. The other tiles, by the warps' cp.async. With head pairs
+      // both CTAs walk the same tiles (same entry, block and KV head): each issues half of a
+      // TMA tile's boxes, multicast to both, and each CTA's `full` expects the whole tile.
       const int R = p.kv_box;
       const bool box_ok = R > 0 && (p.cu_k || (e.start + sp.lo) % R == 0);
       const bool issuer = (t & (R - 1)) == 0;  // R is a power of two (add_kv_maps)
@@ -375,13 +415,13 @@ struct WgmmaPrefill {
           if (tma_k)
 #pragma unroll
             for (int b = 0; b < CK / 8; ++b)
-              tma_load_4d(k_stage(s) + b * N * 128 + t * 128, p.k_map, b * 64, g, loc.y, loc.x,
-                          full(s));
+              load_box(k_stage(s) + b * N * 128 + t * 128, p.k_map, b * 64, g, loc, full(s),
+                       (t / R) * (CK / 8) + b);
           if (tma_v)
 #pragma unroll
             for (int b = 0; b < CV / 8; ++b)
-              tma_load_4d(v_stage(s) + b * N * 128 + t * 128, p.v_map, b * 64, g, v_loc.y, v_loc.x,
-                          full(s));
+              load_box(v_stage(s) + b * N * 128 + t * 128, p.v_map, b * 64, g, v_loc, full(s),
+                       (t / R) * (CV / 8) + b);
         }
         // This warp's keys' offsets, shuffled from the lanes that located them.
         if (j < sp.ntiles && !tma_k)
@@ -489,7 +529,7 @@ struct WgmmaPrefill {
           mbar_wait(full(s), (it / S) & 1);
           turn();  // no MMAs, but the turns stay in step
           pass();
-          mbar_arrive(empty(s));
+          release(s, lane);
         }
       } else if (sp.ntiles > 0) {
         // FlashAttention-3's intra-warpgroup overlap: step j issues S of tile j together with
@@ -511,7 +551,7 @@ struct WgmmaPrefill {
           pass();
           wgmma_wait<0>();
           reg_fence(sacc[0]);
-          mbar_arrive(empty(s));
+          release(s, lane);
           done_with_q(0);
           probs(p, e, rw, sp.lo, warp, lane, lm, sacc, m_run, l_run, alpha);
           to_p(alpha, acc, sacc, pa);
@@ -530,7 +570,7 @@ struct WgmmaPrefill {
           done_with_q(j);
           probs(p, e, rw, sp.lo + j * N, warp, lane, lm, sacc, m_run, l_run, alpha);
           wait_all(acc, pa);
-          mbar_arrive(empty(s));
+          release(s, lane);
           to_p(alpha, acc, sacc, pa);
         }
         {  // the last tile's P V, then O through the stage where it can (store_staged)
@@ -550,7 +590,7 @@ struct WgmmaPrefill {
           if (kStagedOut && p.staged_out) {
             store_staged(p, eo, ho, rw.first + warp * 16, wg, warp, lane, s, acc, m_run, l_run);
           } else {
-            mbar_arrive(empty(s));
+            release(s, lane);
             store_rows<T, 1, DV>(p, eo, ho, rw.first + warp * 16, acc, m_run, l_run, lane);
           }
           ++it;
@@ -578,8 +618,17 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   WgmmaPrefill<Cfg, T, CAP> k;
   k.base = smem_addr(smem);
   k.slot = reinterpret_cast<BlockSlot*>(smem + decltype(k)::SLOT_OFF);
+  k.pairs = p.head_pairs;
+  k.rank = k.pairs ? cluster_ctarank() : 0;
   if (threadIdx.x == 0) k.init_barriers();
-  __syncthreads();
+  if (k.pairs) {
+    // The other CTA arrives on these barriers and multicasts into this one's stages: both CTAs'
+    // barriers are initialised before either's first copy.
+    if (threadIdx.x == 0) fence_mbar_init();
+    cluster_sync();
+  } else {
+    __syncthreads();
+  }
   if (threadIdx.x >= 256) {
     regs_shrink<Cfg::PRODUCER_REGS>();
     k.produce(p);
@@ -587,6 +636,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     regs_grow<Cfg::CONSUMER_REGS>();
     k.consume(p, warp_uniform(static_cast<int>(threadIdx.x) / 128));
   }
+  // Neither CTA leaves while the other may still arrive on its barriers (its copies into this
+  // one completed before this one's consumers finished).
+  if (k.pairs) cluster_sync();
 #else
   __trap();  // launched only where wgmma_available() (launch.cu) says this build has sm_90a
 #endif
