@@ -26,13 +26,7 @@ OUT=${OUT:-$PWD/out-gpu}; L="$OUT/logs"; mkdir -p "$L"
 B=build/gpustage; rm -rf "$B"; mkdir -p "$B"
 VARS=(); for f in build/gpupkg/var_*.tar.xz; do [[ -e $f ]] && VARS+=("$(basename "$f" .tar.xz)"); done
 BASE=(); [[ -e build/gpupkg/base.tar.xz ]] && BASE=(base)  # no base.tar.xz: no base column
-python3 - "$B" "${BASE[@]}" "${VARS[@]}" <<'EOF'
-import sys, tarfile
-B = sys.argv[1]
-tarfile.open("build/gpupkg/pkg.tar.xz").extractall(B)
-for v in sys.argv[2:]:
-    tarfile.open(f"build/gpupkg/{v}.tar.xz").extractall(f"{B}/{v}")
-EOF
+python3 scripts/gpu_unpack.py "$B" "${BASE[@]}" "${VARS[@]}"
 export LD_LIBRARY_PATH="$PWD/$B/lib:${LD_LIBRARY_PATH:-}"
 step() {  # name, timeout, command...
   # a variant's test (TESTS="var_x/cuda_test_decode") logs as var_x_cuda_test_decode.log

@@ -12,13 +12,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out-gpu}; L="$OUT/logs"; mkdir -p "$L"
 B=build/gpustage; rm -rf "$B"; mkdir -p "$B"
 VARS=(); for f in build/gpupkg/var_*.tar.xz; do [[ -e $f ]] && VARS+=("$(basename "$f" .tar.xz)"); done
-python3 - "$B" "${VARS[@]}" <<'EOF'
-import sys, tarfile
-B = sys.argv[1]
-tarfile.open("build/gpupkg/pkg.tar.xz").extractall(B)
-for v in sys.argv[2:]:
-    tarfile.open(f"build/gpupkg/{v}.tar.xz").extractall(f"{B}/{v}")
-EOF
+python3 scripts/gpu_unpack.py "$B" "${VARS[@]}"
 export LD_LIBRARY_PATH="$PWD/$B/lib:${LD_LIBRARY_PATH:-}"
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,power.limit,clocks_throttle_reasons.active \
   --format=csv,noheader -lms 100 > "$L/smi.csv" 2>&1 & SMI=$!
