@@ -136,7 +136,9 @@ dim3 wgmma_grid(PrefillParams& p, int rows, int max_pairs) {
     // Head pairs (wgmma_kernel.cuh): clusters of two CTAs run q heads 2i and 2i + 1 of a KV
     // group side by side, each loading half of every K/V tile for both by TMA multicast, which
     // halves the tiles' traffic from L2. Only where the tiles come by TMA (kv_box) and every
-    // cluster runs at once. Off until measured on the GPU: FLASHBACK_PREFILL_CLUSTER=1 turns it on.
+    // cluster runs at once. Off: 0.76x the speed at prefill_1x16k on an H100 (session 33; the
+    // bytes it saves are worth ~5 % there, the two CTAs' coupling cost more), and untested beyond
+    // one test. FLASHBACK_PREFILL_CLUSTER=1 turns it on.
     static const bool want_pairs = env_value("FLASHBACK_PREFILL_CLUSTER") == "1";
     p.head_pairs = want_pairs && max_pairs > 0 && p.group % 2 == 0 && p.kv_box > 0;
     if (p.head_pairs) {

@@ -26,8 +26,8 @@
 // the same keys of the same KV head, and each CTA's producer issues half of every tile's TMA
 // boxes with multicast into both; a stage is refilled once the consumers of both CTAs released
 // it (`empty` counts the other CTA's warps too). That halves the K/V bytes each SM pulls from L2,
-// an energy cost where sustained prefill is bound by the power limit (docs/PERFORMANCE_GPU.md,
-// session 32); launch.cu says whether it is on.
+// an energy cost where sustained prefill is bound by the power limit (~5 % of it in V's half,
+// docs/PERFORMANCE_GPU.md, session 33); off by default, 24 % slower as it stands (launch.cu).
 //
 // Built only for (D, 128) with D a multiple of 64 up to 192 (128/128 and the MLA chunked-prefix
 // 192/128 of the workloads); the mma.sync kernel serves every other case, fp8 caches included.
