@@ -38,6 +38,9 @@ fi
 # tests' grids are too small for the automatic choice. Then under every tool (the block slots
 # the producer hands the consumers through shared memory, the staged epilogue).
 run cuda_test_prefill_persistent env FLASHBACK_PREFILL_PERSISTENT=3 $B/cuda_test_prefill
+# head pairs (off by default, wgmma_kernel.cuh): every even-group case on clusters of two
+run cuda_test_prefill_head_pairs env FLASHBACK_PREFILL_PERSISTENT=3 FLASHBACK_PREFILL_CLUSTER=1 \
+  $B/cuda_test_prefill
 # The same with O stored straight from registers (no staging through shared memory) and without
 # the pingpong: the Hopper kernel's other epilogue and turn-free consumers.
 run cuda_test_prefill_unstaged env FLASHBACK_PREFILL_PERSISTENT=3 FLASHBACK_PREFILL_STAGED_OUT=0 \

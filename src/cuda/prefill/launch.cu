@@ -92,6 +92,14 @@ bool wgmma_pingpong() {
   return !off;
 }
 
+bool wgmma_head_pairs() {
+  // Off: 0.76x the speed at prefill_1x16k on an H100 (session 33; the bytes it saves are worth
+  // ~5 % there, the two CTAs' coupling cost more), and untested beyond one test.
+  // FLASHBACK_PREFILL_CLUSTER=1 turns it on.
+  static const bool on = env_value("FLASHBACK_PREFILL_CLUSTER") == "1";
+  return on;
+}
+
 bool wgmma_staged_out(const PrefillParams& p, int elem_bytes) {
   static const bool off = env_value("FLASHBACK_PREFILL_STAGED_OUT") == "0";
   const auto bytes = [&](int64_t elems) { return static_cast<uint64_t>(elems * elem_bytes); };
@@ -135,12 +143,9 @@ dim3 wgmma_grid(PrefillParams& p, int rows, int max_pairs) {
                                                       : std::max(6, 24 / std::max(p.group, 1)));
     // Head pairs (wgmma_kernel.cuh): clusters of two CTAs run q heads 2i and 2i + 1 of a KV
     // group side by side, each loading half of every K/V tile for both by TMA multicast, which
-    // halves the tiles' traffic from L2. Only where the tiles come by TMA (kv_box) and every
-    // cluster runs at once. Off: 0.76x the speed at prefill_1x16k on an H100 (session 33; the
-    // bytes it saves are worth ~5 % there, the two CTAs' coupling cost more), and untested beyond
-    // one test. FLASHBACK_PREFILL_CLUSTER=1 turns it on.
-    static const bool want_pairs = env_value("FLASHBACK_PREFILL_CLUSTER") == "1";
-    p.head_pairs = want_pairs && max_pairs > 0 && p.group % 2 == 0 && p.kv_box > 0;
+    // halves the tiles' traffic from L2. Only where asked for (max_pairs > 0: wgmma_head_pairs),
+    // the tiles come by TMA (kv_box) and every cluster runs at once.
+    p.head_pairs = max_pairs > 0 && p.group % 2 == 0 && p.kv_box > 0;
     if (p.head_pairs) {
       const int64_t clusters = std::min(items / 2, forced > 0 ? (forced + 1) / 2 : max_pairs);
       return dim3(static_cast<unsigned>(2 * std::max<int64_t>(clusters, 1)), 1, 1);

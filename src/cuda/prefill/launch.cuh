@@ -39,8 +39,11 @@ bool wgmma_pingpong();
 /// rows are 16-byte aligned, unless the environment sets FLASHBACK_PREFILL_STAGED_OUT=0
 /// (launch.cu).
 bool wgmma_staged_out(const PrefillParams& p, int elem_bytes);
+/// Whether the Hopper kernel's persistent grid may run in head pairs (wgmma_kernel.cuh): only
+/// where the environment sets FLASHBACK_PREFILL_CLUSTER=1 (launch.cu says why).
+bool wgmma_head_pairs();
 /// The Hopper kernel's grid for blocks of `rows` queries; sets p.persistent and p.head_pairs
-/// (clusters of two where `max_pairs`, the clusters of two the device runs at once, allows;
+/// (clusters of two where `max_pairs`, the clusters of two the device runs at once, is above 0;
 /// launch.cu).
 dim3 wgmma_grid(PrefillParams& p, int rows, int max_pairs);
 
@@ -64,9 +67,11 @@ void launch_wgmma(const PrefillParams& p_in, cudaStream_t stream) {
   const auto kernel =
       p.softcap > 0.f ? prefill_wgmma_kernel<Cfg, T, true> : prefill_wgmma_kernel<Cfg, T, false>;
   set_smem(kernel, Cfg::SMEM_BYTES, "prefill_wgmma_kernel");
-  // Head pairs only where a KV group holds an even number of q heads (the pair's heads share it).
-  const int max_pairs =
-      p.group % 2 == 0 ? max_active_clusters(kernel, Cfg::THREADS, Cfg::SMEM_BYTES, 2) : 0;
+  // Head pairs only where asked for and a KV group holds an even number of q heads (the pair's
+  // heads share it); the default launch asks the driver nothing more.
+  const int max_pairs = wgmma_head_pairs() && p.group % 2 == 0
+                            ? max_active_clusters(kernel, Cfg::THREADS, Cfg::SMEM_BYTES, 2)
+                            : 0;
   const dim3 grid = wgmma_grid(p, Cfg::BM, max_pairs);
   launch_with_smem(kernel, grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream, p, "prefill_wgmma_kernel",
                    p.head_pairs ? 2 : 1);
