@@ -7,6 +7,9 @@
 # the work costs in energy is what leaving it out buys in speed.
 #   run (GPU machine): W=prefill_1x16k R=2 BUDGET=2 bash scripts/gpu_power_vars.sh
 #   (carry ["build/gpupkg"]; stage as scripts/gpu_ab.sh says)
+#   ENVS="NAME:BINARY:VAR=VALUE,..." (space-separated) adds variants that run a binary (new or a
+#   var_NAME) with settings, e.g. ENVS="pairs:new:FLASHBACK_PREFILL_CLUSTER=1" (a var's own name
+#   gives that var settings instead of adding one).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out-gpu}; L="$OUT/logs"; mkdir -p "$L"
@@ -17,14 +20,20 @@ export LD_LIBRARY_PATH="$PWD/$B/lib:${LD_LIBRARY_PATH:-}"
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,power.limit,clocks_throttle_reasons.active \
   --format=csv,noheader -lms 100 > "$L/smi.csv" 2>&1 & SMI=$!
 sleep 1
-V="new ${VARS[*]}"; V=$(echo $V)
+declare -A BIN=([new]=$B/flashback) SET=([new]=)
+for v in "${VARS[@]}"; do BIN[$v]=$B/$v/flashback; SET[$v]=; done
+for x in ${ENVS:-}; do
+  IFS=: read -r n b e <<< "$x"; BIN[$n]=${BIN[$b]}; SET[$n]=${e//,/ }
+done
+V="new ${VARS[*]}"; for x in ${ENVS:-}; do V+=" ${x%%:*}"; done
+V=$(tr ' ' '\n' <<< "$V" | awk 'NF && !seen[$0]++' | tr '\n' ' ')  # a var named again: its settings
 for r in $(seq "${R:-2}"); do
   order=$V; (( r % 2 == 0 )) && order=$(tr ' ' '\n' <<< "$V" | tac | tr '\n' ' ')
   for v in $order; do
-    b=$B/flashback; [[ $v != new ]] && b=$B/$v/flashback
+    b=${BIN[$v]}
     for w in ${W//,/ }; do
       t0=$(date +%s.%N)
-      timeout 120 "$b" bench --device cuda --workloads "$B/workloads.json" --only "$w" \
+      env ${SET[$v]} timeout 120 "$b" bench --device cuda --workloads "$B/workloads.json" --only "$w" \
         --budget "${BUDGET:-2}" --json "$L/${v}_${w}_$r.json" > "$L/${v}_${w}_$r.log" 2>&1
       echo "$v $w $r $t0 $(date +%s.%N)" >> "$L/runs.txt"
       printf 'round %s %-10s %-24s %s\n' "$r" "$v" "$w" "$(awk '$2 ~ /^[0-9.]+$/ && NF >= 7 {print $2, $3, $4}' "$L/${v}_${w}_$r.log")"

@@ -48,6 +48,12 @@ run cuda_test_prefill_unstaged env FLASHBACK_PREFILL_PERSISTENT=3 FLASHBACK_PREF
 for tool in memcheck racecheck synccheck; do
   run ${tool}_prefill_persistent env FLASHBACK_PREFILL_PERSISTENT=3 $CS --tool $tool $B/cuda_test_prefill --gtest_filter=$PF
 done
+# head pairs under every tool: the remote `empty` arrivals, the multicast fills, the cluster
+# barriers at start and exit
+for tool in memcheck racecheck synccheck; do
+  run ${tool}_prefill_head_pairs env FLASHBACK_PREFILL_PERSISTENT=3 FLASHBACK_PREFILL_CLUSTER=1 \
+    $CS --tool $tool $B/cuda_test_prefill --gtest_filter=$PF:CudaPrefill.PersistentScheduleBatches
+done
 run memcheck_prefill_pairs env FLASHBACK_PREFILL_PERSISTENT=0 FLASHBACK_PREFILL_PAIRS=1 $CS --tool memcheck \
   $B/cuda_test_prefill --gtest_filter=$PF
 # The Hopper prefill kernel's consumer pingpong (named barriers 1 and 2) and TMA stages: the
