@@ -31,12 +31,16 @@ __device__ __forceinline__ uint32_t cluster_map(uint32_t addr, uint32_t rank) {
   return out;
 }
 
-/// An arrival on an mbarrier of another CTA of the cluster (`bar` from cluster_map), ordered
-/// after this thread's earlier memory operations at cluster scope.
+/// An arrival on an mbarrier of another CTA of the cluster (`bar` from cluster_map), with the
+/// default semantics (release at CTA scope), as CUTLASS's ClusterBarrier::arrive(cta_id) has it:
+/// a bare SYNCS.ARRIVE. For an `empty` barrier whose stage the other CTA then overwrites, the
+/// caller makes sure its reads of the stage have completed (a wgmma wait, or the loaded values
+/// used). `.release.cluster` instead puts MEMBAR.ALL.GPU and ERRBAR before every arrival: with
+/// it the head pairs of the prefill kernel ran at 0.76x (ncu: membar stalls at 2 warps per
+/// issued instruction; session 34).
 __device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar) {
 #if FLASHBACK_HAS_CLUSTER
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(bar)
-               : "memory");
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(bar) : "memory");
 #endif
 }
 

@@ -311,13 +311,17 @@ struct WgmmaPrefill {
     }
     // The producer's next copies into this half come through the async proxy (TMA).
     fence_proxy_async_smem();
-    release(stage, lane);
+    if (!pairs) release(stage, lane);
     T* o = static_cast<T*>(p.out) + static_cast<int64_t>(h) * p.out_sh + chunk * 8;
 #pragma unroll
     for (int k = 0; k < 16 / RPI; ++k) {
       const int r = first + k * RPI + lane / CH;
       if (r < e.q_len) st_global_v4(o + (e.q0 + r) * p.out_st, v[k]);
     }
+    // With head pairs the other CTA's producer overwrites the half too, after an arrival with
+    // CTA-scope semantics (mbar_arrive_cluster): after the stores, whose data are the loaded
+    // values, so the loads have completed.
+    if (pairs) release(stage, lane);
   }
 
   // One TMA box of a tile (box number i of its K or V); with head pairs, every other box, into
@@ -331,7 +335,8 @@ struct WgmmaPrefill {
   }
   // A consumer thread is done with stage s: its arrival on the stage's `empty`, and with head
   // pairs the warp's on the other CTA's (whose producer fills this CTA's stage s too). The
-  // warp's reads of the stage are complete at each thread's wgmma wait (or ld.shared) before.
+  // warp's reads of the stage have completed before: at its wgmma wait, or (store_staged) once
+  // the loaded values were stored.
   __device__ __forceinline__ void release(int s, int lane) const {
     mbar_arrive(empty(s));
     if (pairs) {
