@@ -37,16 +37,18 @@ fi
 # and heads (ragged batches, empty entries and entries past the max_seqlen_q hint included); the
 # tests' grids are too small for the automatic choice. Then under every tool (the block slots
 # the producer hands the consumers through shared memory, the staged epilogue).
-run cuda_test_prefill_persistent env FLASHBACK_PREFILL_PERSISTENT=3 $B/cuda_test_prefill
-# head pairs (off by default, wgmma_kernel.cuh): every even-group case on clusters of two
+# Head pairs (on by default where the group is even, wgmma_kernel.cuh) off here: one CTA per item.
+run cuda_test_prefill_persistent env FLASHBACK_PREFILL_PERSISTENT=3 FLASHBACK_PREFILL_CLUSTER=0 \
+  $B/cuda_test_prefill
+# head pairs: every even-group case on clusters of two
 run cuda_test_prefill_head_pairs env FLASHBACK_PREFILL_PERSISTENT=3 FLASHBACK_PREFILL_CLUSTER=1 \
   $B/cuda_test_prefill
 # The same with O stored straight from registers (no staging through shared memory) and without
-# the pingpong: the Hopper kernel's other epilogue and turn-free consumers.
+# the pingpong: the Hopper kernel's other epilogue and turn-free consumers (head pairs on).
 run cuda_test_prefill_unstaged env FLASHBACK_PREFILL_PERSISTENT=3 FLASHBACK_PREFILL_STAGED_OUT=0 \
   FLASHBACK_PREFILL_PINGPONG=0 $B/cuda_test_prefill
 for tool in memcheck racecheck synccheck; do
-  run ${tool}_prefill_persistent env FLASHBACK_PREFILL_PERSISTENT=3 $CS --tool $tool $B/cuda_test_prefill --gtest_filter=$PF
+  run ${tool}_prefill_persistent env FLASHBACK_PREFILL_PERSISTENT=3 FLASHBACK_PREFILL_CLUSTER=0 $CS --tool $tool $B/cuda_test_prefill --gtest_filter=$PF
 done
 # head pairs under every tool: the remote `empty` arrivals, the multicast fills, the cluster
 # barriers at start and exit

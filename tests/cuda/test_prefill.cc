@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "device_data.h"
+#include "flashback/numeric.h"
 #include "flashback/ops.h"
 #include "testing/case.h"
 
@@ -207,6 +208,39 @@ TEST(CudaPrefill, PersistentScheduleBatches) {
   c.kv_lens.back() = 250;
   c.name = "last entry one block shorter";
   check(c);
+}
+
+// Keys far along the context whose q.k jumps far past the rows' running maxima (their K rows
+// scaled by 16, so logits of ~16 sigma): on Hopper the whole tiles after a block's first take
+// the softmax without the row max (softmax_probs_stale), which fails on these tiles for the rows
+// the jump raises; the warp then recomputes its S by mma.sync (wgmma_kernel.cuh, redo_s) and
+// rescales. On the random data of the other tests that path hardly ever runs.
+TEST(CudaPrefill, LateMaxJumps) {
+  for (int D : built_head_dims()) {
+    AttentionCase c;
+    c.heads_q = 8;
+    c.heads_kv = 2;
+    c.head_dim = D;
+    c.page_size = 16;
+    c.q_lens = {200, 300};
+    c.kv_lens = {1500, 900};
+    c.name = "K rows x16 at late keys";
+    check(c, {}, -1, [&](PagedData& d) {
+      const int P = c.page_size, Hk = c.heads_kv;
+      uint16_t* k = d.k_cache.ptr<uint16_t>();
+      const int32_t* table = d.page_table.ptr<int32_t>();
+      const int64_t width = d.page_table.size(1);
+      for (int b = 0; b < 2; ++b)
+        for (int key : {300, 550, 551, 777, 830}) {
+          const int64_t page = table[b * width + key / P];
+          for (int h = 0; h < Hk; ++h)
+            for (int x = 0; x < D; ++x) {
+              uint16_t& e = k[((page * P + key % P) * Hk + h) * D + x];
+              e = f32_to_bf16(16.f * bf16_to_f32(e));
+            }
+        }
+    });
+  }
 }
 
 // Chunked-local virtual requests and cross attention as the plan expresses them: entries pick

@@ -9,12 +9,16 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
 #include "cuda/common/log2.cuh"
 #include "cuda/common/softmax.cuh"
+#include "cuda/common/sw128.h"
+#include "cuda/prefill/warp_s.cuh"
 
 namespace flashback::cuda::prefill {
 namespace {
@@ -74,8 +78,15 @@ Result reference(const Data& d, bool mask) {
   return r;
 }
 
-template <bool MASK, bool LAZY, bool MASK_LO = true>
-Result run(const Data& d) {
+// STALE: as the Hopper prefill kernel with Q in registers, a tile after the first that lies inside
+// every row's range goes through softmax_probs_stale first, and where that fails the scores are
+// loaded again (the kernel recomputes them) for softmax_probs; `stale` counts both outcomes.
+struct StaleCount {
+  std::atomic<int> kept{0}, redone{0};
+};
+
+template <bool MASK, bool LAZY, bool MASK_LO = true, bool STALE = false>
+Result run(const Data& d, StaleCount* stale = nullptr) {
   Result r;
   r.o.assign(ROWS, 0.);
   r.lse.assign(ROWS, 0.);
@@ -89,13 +100,31 @@ Result run(const Data& d) {
     const KeyRange rr[2] = {d.range[lane / 4], d.range[lane / 4 + 8]};
     for (int t = 0; t < TILES; ++t) {
       float s[1][N / 8][4];
-      for (int u = 0; u < N / 8; ++u)
-        for (int x = 0; x < 4; ++x) {
-          const int row = lane / 4 + 8 * (x >> 1), key = t * N + u * 8 + 2 * (lane & 3) + (x & 1);
-          s[0][u][x] = d.s[row * KEYS + key];
-        }
+      const auto load = [&] {
+        for (int u = 0; u < N / 8; ++u)
+          for (int x = 0; x < 4; ++x) {
+            const int row = lane / 4 + 8 * (x >> 1);
+            const int key = t * N + u * 8 + 2 * (lane & 3) + (x & 1);
+            s[0][u][x] = d.s[row * KEYS + key];
+          }
+      };
+      load();
       float alpha[2];
-      softmax_probs<1, N, MASK, false, LAZY, MASK_LO>(s, m_run, l_run, alpha, rr, t * N, lane, lm);
+      bool whole = true;  // every row of the warp sees every key of the tile
+      for (int row = 0; row < ROWS; ++row)
+        whole = whole && (!MASK || (d.range[row].lo <= t * N && d.range[row].hi >= t * N + N - 1));
+      bool done = false;
+      if constexpr (STALE) {
+        if (t > 0 && whole) {
+          alpha[0] = alpha[1] = 1.f;
+          done = softmax_probs_stale<1, N>(s, m_run, l_run, lm.mul);
+          if (lane == 0) ++(done ? stale->kept : stale->redone);
+          if (!done) load();
+        }
+      }
+      if (!done)
+        softmax_probs<1, N, MASK, false, LAZY, MASK_LO>(s, m_run, l_run, alpha, rr, t * N, lane,
+                                                        lm);
       if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
         o_part[0] *= alpha[0];
         o_part[1] *= alpha[1];
@@ -157,6 +186,75 @@ TEST(SoftmaxEmu, LazyAndEagerMatchDoublePrecision) {
     expect_close(run<true, true>(st), reference(st, true), "lazy, staggered ranges");
     expect_close(run<true, false>(st), reference(st, true), "eager, staggered ranges");
   }
+}
+
+// The stale form (softmax_probs_stale, no row max) on the lazy path's data: it keeps most tiles,
+// and the jumps above the bound, rows whose sums pass 2^kLazyRescaleLog2 and rows that have seen
+// no key yet (ranges starting at tile 2, so m_run is -inf at the first tile it may take) fall back
+// to softmax_probs on the same scores; the results against double precision.
+TEST(SoftmaxEmu, StaleMaxMatchesDoublePrecision) {
+  for (uint64_t seed : {1u, 2u, 3u}) {
+    const Data d = make_data(seed, false);
+    StaleCount c;
+    const Result st = run<false, true, true, true>(d, &c);
+    expect_close(st, reference(d, false), "stale");
+    EXPECT_LE(st.p_max, std::exp2(kLazyRescaleLog2) * (1.f + 1e-5f));
+    EXPECT_GT(c.kept.load(), TILES / 2);
+    EXPECT_GT(c.redone.load(), 0);
+
+    Data late = make_data(seed, false);
+    for (int row = 0; row < ROWS; row += 3) late.range[row] = {2 * N, KEYS - 1};
+    for (int row = 1; row < ROWS; row += 3) late.range[row] = {0, KEYS - 1};
+    for (int row = 2; row < ROWS; row += 3) late.range[row] = {N / 2, KEYS - 1};
+    StaleCount cl;
+    expect_close(run<true, true, true, true>(late, &cl), reference(late, true),
+                 "stale, rows that see their first key at tile 2");
+    EXPECT_GT(cl.kept.load(), 0);
+    EXPECT_GT(cl.redone.load(), 0);
+  }
+}
+
+// warp_s_sw128, the stale softmax's fallback in the Hopper prefill kernel: one warp's S of 16
+// rows against a tile of 128 keys stored 128-byte-swizzled (as TMA and the producer's copies
+// lay K out), with Q as m16n8k16 A fragments, against the product in double precision.
+TEST(WarpSEmu, SwizzledTileMatchesProduct) {
+  constexpr int D = 128, NK = 128;
+  std::mt19937_64 rng(7);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<uint16_t> q(16 * D), k(NK * D);
+  for (auto& x : q) x = from_float<bf16>(nd(rng)).x;
+  for (auto& x : k) x = from_float<bf16>(nd(rng)).x;
+  std::vector<unsigned char> tile(NK * D * 2);  // [D / 64][NK][128 B], chunks swizzled by row
+  for (int key = 0; key < NK; ++key)
+    for (int c = 0; c < D / 8; ++c)
+      std::memcpy(&tile[sw128_offset(key, c, NK)], &k[key * D + c * 8], 16);
+  std::vector<float> got(16 * NK, NAN);
+  emu::launch({1, 1, 1}, 32, [&] {
+    const int lane = threadIdx.x & 31, g = lane / 4, tq = lane % 4;
+    uint32_t qf[D / 16][4];
+    const auto pair = [&](int row, int col) {
+      return uint32_t{q[row * D + col]} | (uint32_t{q[row * D + col + 1]} << 16);
+    };
+    for (int ks = 0; ks < D / 16; ++ks) {
+      qf[ks][0] = pair(g, 16 * ks + 2 * tq);
+      qf[ks][1] = pair(g + 8, 16 * ks + 2 * tq);
+      qf[ks][2] = pair(g, 16 * ks + 8 + 2 * tq);
+      qf[ks][3] = pair(g + 8, 16 * ks + 8 + 2 * tq);
+    }
+    float s[1][NK / 8][4];
+    warp_s_sw128<bf16, D, NK>(s, qf, tile.data(), lane);
+    for (int u = 0; u < NK / 8; ++u)
+      for (int x = 0; x < 4; ++x)
+        got[(g + 8 * (x >> 1)) * NK + u * 8 + 2 * tq + (x & 1)] = s[0][u][x];
+  });
+  for (int row = 0; row < 16; ++row)
+    for (int key = 0; key < NK; ++key) {
+      double ref = 0;
+      for (int x = 0; x < D; ++x)
+        ref += double{to_float(bf16{q[row * D + x]})} * to_float(bf16{k[key * D + x]});
+      EXPECT_NEAR(got[row * NK + key], ref, 1e-3 * (1 + std::abs(ref)))
+          << "row " << row << " key " << key;
+    }
 }
 
 // The ends-only mask (MASK_LO = false: every range starts at or before each tile, as on a causal

@@ -12,6 +12,8 @@ constexpr float kLn2 = 0.6931471805599453f;
 // at most this much (base 2), so O's rescale can be skipped; probabilities then reach at most
 // 2^kLazyRescaleLog2, which fp32 sums, 16-bit P and fp32 O carry as well as values <= 1.
 constexpr float kLazyRescaleLog2 = 8.f;
+/// 2^kLazyRescaleLog2: the largest probability the lazy rule lets through.
+constexpr float kLazyMaxProb = 256.f;
 /// The lazy rule for one row: its running max m_run may stay although the tile raised it to
 /// m_new. False for a row that has seen no key (-inf - -inf is NaN) or sees its first one
 /// (x - -inf is +inf); the callers decide per warp (all rows of the warp must keep).

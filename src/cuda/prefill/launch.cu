@@ -93,11 +93,12 @@ bool wgmma_pingpong() {
 }
 
 bool wgmma_head_pairs() {
-  // Off: 0.76x the speed at prefill_1x16k on an H100 (session 33; the bytes it saves are worth
-  // ~5 % there, the two CTAs' coupling cost more), and untested beyond one test.
-  // FLASHBACK_PREFILL_CLUSTER=1 turns it on.
-  static const bool on = env_value("FLASHBACK_PREFILL_CLUSTER") == "1";
-  return on;
+  // On: the two CTAs of a pair pull half the K/V bytes each from L2, an energy cost where
+  // sustained prefill is bound by the power limit; with the stale softmax 1-2 % faster on the
+  // H100 (prefill_1x16k 671 against 660 TFLOP/s, session 34; session 33's 0.76x was the remote
+  // arrival's fence, fixed since). FLASHBACK_PREFILL_CLUSTER=0 turns it off.
+  static const bool off = env_value("FLASHBACK_PREFILL_CLUSTER") == "0";
+  return !off;
 }
 
 bool wgmma_staged_out(const PrefillParams& p, int elem_bytes) {
@@ -143,8 +144,9 @@ dim3 wgmma_grid(PrefillParams& p, int rows, int max_pairs) {
                                                       : std::max(6, 24 / std::max(p.group, 1)));
     // Head pairs (wgmma_kernel.cuh): clusters of two CTAs run q heads 2i and 2i + 1 of a KV
     // group side by side, each loading half of every K/V tile for both by TMA multicast, which
-    // halves the tiles' traffic from L2. Only where asked for (max_pairs > 0: wgmma_head_pairs),
-    // the tiles come by TMA (kv_box) and every cluster runs at once.
+    // halves the tiles' traffic from L2. Only where wanted (max_pairs > 0: wgmma_head_pairs, an
+    // even group and a driver that runs clusters of two), the tiles come by TMA (kv_box) and
+    // every cluster runs at once.
     p.head_pairs = max_pairs > 0 && p.group % 2 == 0 && p.kv_box > 0;
     if (p.head_pairs) {
       const int64_t clusters = std::min(items / 2, forced > 0 ? (forced + 1) / 2 : max_pairs);

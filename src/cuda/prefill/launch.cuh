@@ -67,8 +67,8 @@ void launch_wgmma(const PrefillParams& p_in, cudaStream_t stream) {
   const auto kernel =
       p.softcap > 0.f ? prefill_wgmma_kernel<Cfg, T, true> : prefill_wgmma_kernel<Cfg, T, false>;
   set_smem(kernel, Cfg::SMEM_BYTES, "prefill_wgmma_kernel");
-  // Head pairs only where asked for and a KV group holds an even number of q heads (the pair's
-  // heads share it); the default launch asks the driver nothing more.
+  // Head pairs where a KV group holds an even number of q heads (the pair's heads share it) and
+  // the driver runs clusters of two of this kernel (asked once per device).
   const int max_pairs = wgmma_head_pairs() && p.group % 2 == 0
                             ? max_active_clusters(kernel, Cfg::THREADS, Cfg::SMEM_BYTES, 2)
                             : 0;

@@ -27,7 +27,14 @@
 // boxes with multicast into both; a stage is refilled once the consumers of both CTAs released
 // it (`empty` counts the other CTA's warps too). That halves the K/V bytes each SM pulls from L2,
 // an energy cost where sustained prefill is bound by the power limit (~5 % of it in V's half,
-// docs/PERFORMANCE_GPU.md, session 33); off by default, 24 % slower as it stands (launch.cu).
+// docs/PERFORMANCE_GPU.md, session 33); on by default since session 35 (launch.cu,
+// wgmma_head_pairs: 1-2 % faster on the H100 with the stale softmax below).
+//
+// The stale softmax: after a block's first tile, a whole tile's probabilities are first taken
+// against the running maxima as they stand (softmax_probs_stale: no row max, no shuffles), and
+// kept when every one stays within the lazy rule's bound; otherwise, rarely, the warp computes
+// its S again by mma.sync from Q's fragments and the tile still in its stage (warp_s.cuh) and
+// runs the full softmax. Three instructions per score instead of four: +3-6 % (session 34).
 //
 // Built only for (D, 128) with D a multiple of 64 up to 192 (128/128 and the MLA chunked-prefix
 // 192/128 of the workloads); the mma.sync kernel serves every other case, fp8 caches included.
@@ -52,6 +59,7 @@
 #include "cuda/common/wgmma.cuh"
 #include "cuda/prefill/blocks.h"
 #include "cuda/prefill/kernel.cuh"
+#include "cuda/prefill/warp_s.cuh"
 
 namespace flashback::cuda::prefill {
 
@@ -230,15 +238,23 @@ struct WgmmaPrefill {
     reg_fence(acc[0]);
     reg_fence(pa);
   }
-  // Softmax of the tile of keys [t0, t0 + N) (S done), O's rescale factors into alpha.
-  static __device__ __forceinline__ void probs(const PrefillParams& p, const Entry& e,
+  // Softmax of the tile of keys [t0, t0 + N) (S done), O's rescale factors into alpha. STALE
+  // (a block's tiles after its first, with Q in registers): a tile inside every row's range
+  // first tries softmax_probs_stale, without the row max; false means it failed and sacc holds
+  // no scores (the caller recomputes them, redo_s, and calls again without STALE).
+  template <bool STALE>
+  static __device__ __forceinline__ bool probs(const PrefillParams& p, const Entry& e,
                                                const Rows& rw, int t0, int warp, int lane,
                                                const LogitMap& lm, float (&sacc)[1][N / 8][4],
                                                float (&m_run)[2], float (&l_run)[2],
                                                float (&alpha)[2]) {
     if (rw.whole && t0 >= rw.r_last.lo && t0 + N - 1 <= rw.r_first.hi && (CAP || lm.mul >= 0.f)) {
+      if constexpr (STALE && !CAP) {
+        alpha[0] = alpha[1] = 1.f;
+        return softmax_probs_stale<1, N>(sacc, m_run, l_run, lm.mul);
+      }
       softmax_probs<1, N, false, CAP, true>(sacc, m_run, l_run, alpha, {}, t0, lane, lm);
-      return;
+      return true;
     }
     Range rr[2];
 #pragma unroll
@@ -253,6 +269,18 @@ struct WgmmaPrefill {
       softmax_probs<1, N, true, false, true, false>(sacc, m_run, l_run, alpha, rr, t0, lane, lm);
     else
       softmax_probs<1, N, true, CAP, true>(sacc, m_run, l_run, alpha, rr, t0, lane, lm);
+    return true;
+  }
+  // S of this warp's 16 rows again (a failed stale softmax overwrote them), from Q's fragments
+  // and K still in stage `stage` (warp_s.cuh). Rare (a row's max grew past the lazy bound) and
+  // the warp's own business: no warpgroup barrier, the other warps and the other warpgroup's
+  // wgmma go on.
+  __device__ __forceinline__ void redo_s(const uint32_t (&qf)[D / 16][4], int stage, int lane,
+                                         float (&sacc)[1][N / 8][4]) const {
+    // The stage's generic address, from the slots' (base + SLOT_OFF).
+    const unsigned char* k = reinterpret_cast<const unsigned char*>(slot) - SLOT_OFF +
+                             Cfg::Q_BYTES + warp_uniform(stage) * Cfg::STAGE_BYTES;
+    warp_s_sw128<T, D, N>(sacc, qf, k, lane);
   }
   // O's rescale (skipped when the lazy softmax kept every row's max: alpha is exactly 1 for the
   // whole warp), then P as P V's A fragments: the S accumulators of keys [16 kk, 16 kk + 16)
@@ -558,7 +586,7 @@ struct WgmmaPrefill {
           reg_fence(sacc[0]);
           release(s, lane);
           done_with_q(0);
-          probs(p, e, rw, sp.lo, warp, lane, lm, sacc, m_run, l_run, alpha);
+          probs<false>(p, e, rw, sp.lo, warp, lane, lm, sacc, m_run, l_run, alpha);
           to_p(alpha, acc, sacc, pa);
           ++it;
         }
@@ -573,8 +601,15 @@ struct WgmmaPrefill {
           wgmma_wait<1>();
           reg_fence(sacc[0]);
           done_with_q(j);
-          probs(p, e, rw, sp.lo + j * N, warp, lane, lm, sacc, m_run, l_run, alpha);
+          const int t0 = sp.lo + j * N;
+          const bool fresh = probs<kQRegs>(p, e, rw, t0, warp, lane, lm, sacc, m_run, l_run, alpha);
           wait_all(acc, pa);
+          if constexpr (kQRegs) {
+            if (!fresh) {  // warp-uniform; K is still in stage s
+              redo_s(qf, s, lane, sacc);
+              probs<false>(p, e, rw, t0, warp, lane, lm, sacc, m_run, l_run, alpha);
+            }
+          }
           release(s, lane);
           to_p(alpha, acc, sacc, pa);
         }
