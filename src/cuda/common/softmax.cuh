@@ -31,6 +31,26 @@ struct LogitMap {
   float mul, in, out;
 };
 
+/// The probabilities of a tile against per-row maxima m_use, in place of its scores, added to
+/// per-row sums: exp2(fma(s, mul, -m_use)) from raw scores (RAW), else exp2(s - m_use) from
+/// scores already scaled.
+template <int MT, int N, bool RAW>
+__device__ __forceinline__ void exp_and_sum(float (&s)[MT][N / 8][4], const float (&m_use)[2 * MT],
+                                            float (&sum)[2 * MT], float mul) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int u = 0; u < N / 8; ++u)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        const int ri = 2 * mt + (x >> 1);
+        const float pr = RAW ? fast_exp2(fmaf(s[mt][u][x], mul, -m_use[ri]))
+                             : fast_exp2(s[mt][u][x] - m_use[ri]);
+        s[mt][u][x] = pr;
+        sum[ri] += pr;
+      }
+}
+
 /// Turns the warp's S tile (raw q.k of keys [t0, t0 + N)) into P in place and updates the
 /// running max and (per-thread partial) sums; alpha[ri] is the factor the O rows must be
 /// rescaled by (rescale_rows below), left to the caller so that an MMA still accumulating into O
@@ -125,18 +145,7 @@ __device__ __forceinline__ void softmax_probs(float (&s)[MT][N / 8][4], float (&
       l_run[ri] *= alpha[ri];  // per-thread partial sums; the quad is reduced at the end
     }
   }
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int u = 0; u < N / 8; ++u)
-#pragma unroll
-      for (int x = 0; x < 4; ++x) {
-        const int ri = 2 * mt + (x >> 1);
-        const float pr = RAW ? fast_exp2(fmaf(s[mt][u][x], lm.mul, -m_use[ri]))
-                             : fast_exp2(s[mt][u][x] - m_use[ri]);
-        s[mt][u][x] = pr;
-        l_run[ri] += pr;
-      }
+  exp_and_sum<MT, N, RAW>(s, m_use, l_run, lm.mul);
 }
 
 /// The lazy softmax's common case without the row max (the Hopper prefill kernel's whole tiles
@@ -156,17 +165,7 @@ __device__ __forceinline__ bool softmax_probs_stale(float (&s)[MT][N / 8][4],
   float lt[2 * MT];
 #pragma unroll
   for (int ri = 0; ri < 2 * MT; ++ri) lt[ri] = 0.f;
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int u = 0; u < N / 8; ++u)
-#pragma unroll
-      for (int x = 0; x < 4; ++x) {
-        const int ri = 2 * mt + (x >> 1);
-        const float pr = fast_exp2(fmaf(s[mt][u][x], mul, -m_run[ri]));
-        s[mt][u][x] = pr;
-        lt[ri] += pr;
-      }
+  exp_and_sum<MT, N, true>(s, m_run, lt, mul);
   bool ok = true;
 #pragma unroll
   for (int ri = 0; ri < 2 * MT; ++ri) ok = ok && lt[ri] <= kLazyMaxProb;
