@@ -1,6 +1,8 @@
 #include "device_data.h"
 
 #include <cstdint>
+#include <sstream>
+#include <string>
 
 namespace flashback::testing {
 
@@ -134,6 +136,14 @@ std::vector<AttentionCase> storage_variants(const AttentionCase& base) {
         out.push_back(c);
       }
   return out;
+}
+
+std::vector<int> head_dims(const char* list) {
+  std::vector<int> v;
+  std::stringstream s(list);
+  for (std::string x; std::getline(s, x, ',');)
+    if (!x.empty()) v.push_back(std::stoi(x));
+  return v;
 }
 
 }  // namespace flashback::testing

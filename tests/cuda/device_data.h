@@ -78,4 +78,7 @@ void run_on_device(DevicePaged& dp, const PagedData& d, const Exec& exec);
 /// fp8 e4m3 and e5m2 caches with per-head and scalar descales under bf16 and fp16 q.
 std::vector<AttentionCase> storage_variants(const AttentionCase& base);
 
+/// The head dims of a comma-separated list: the tests' FLASHBACK_TEST_HEAD_DIMS (those built).
+std::vector<int> head_dims(const char* list);
+
 }  // namespace flashback::testing

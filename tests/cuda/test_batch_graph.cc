@@ -2,10 +2,9 @@
 // replay with changed lengths (equal to eager execution and to the oracle).
 #include <gtest/gtest.h>
 
-#include <cstring>
+#include <algorithm>
+#include <functional>
 #include <random>
-#include <sstream>
-#include <string>
 #include <vector>
 
 #include "device_data.h"
@@ -21,7 +20,7 @@ using testing::PagedData;
 
 const Exec kRef{nullptr, 1, Exec::CpuImpl::kReference};
 
-int first_head_dim() { return std::stoi(std::string(FLASHBACK_TEST_HEAD_DIMS)); }
+int first_head_dim() { return testing::head_dims(FLASHBACK_TEST_HEAD_DIMS).front(); }
 
 AttentionCase decode_case(int hq, int hk, int P, std::vector<int> kv) {
   AttentionCase c;
@@ -34,11 +33,32 @@ AttentionCase decode_case(int hq, int hk, int P, std::vector<int> kv) {
   return c;
 }
 
-// Output row 0 and LSE row 0 as raw bytes.
+// Output and LSE (row 0, or all of them) as raw bytes.
 struct Bits {
   std::vector<unsigned char> out, lse;
   bool operator==(const Bits&) const = default;
 };
+
+// The whole of `d`'s host output and LSE.
+Bits host_bits(const PagedData& d) {
+  const auto bytes = [](const Tensor& t) {
+    const auto* b = static_cast<const unsigned char*>(t.data());
+    return std::vector<unsigned char>(b, b + t.nbytes());
+  };
+  return {bytes(d.out), bytes(d.lse)};
+}
+
+// `launch` captured on `stream` (thread-local mode) into an instantiated graph.
+cudaGraphExec_t capture(cudaStream_t stream, const std::function<void()>& launch) {
+  cudaGraph_t graph;
+  cudaGraphExec_t instance;
+  FB_TEST_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  launch();
+  FB_TEST_CUDA(cudaStreamEndCapture(stream, &graph));
+  FB_TEST_CUDA(cudaGraphInstantiate(&instance, graph, 0));
+  FB_TEST_CUDA(cudaGraphDestroy(graph));  // the instance does not need it
+  return instance;
+}
 
 Bits run_prefix(const testing::DevicePaged& dp, int n, int width, const Exec& exec) {
   PagedAttentionParams p = dp.params;
@@ -119,15 +139,9 @@ TEST(CudaGraph, ReplayWithChangedLengthsEqualsEager) {
     dp.mirror.upload(d.cache_seqlens);
   };
   set_lengths(false);
-  cudaGraph_t graph;
-  cudaGraphExec_t instance;
-  FB_TEST_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  paged_attention(dp.params, exec);
-  FB_TEST_CUDA(cudaStreamEndCapture(stream, &graph));
-  FB_TEST_CUDA(cudaGraphInstantiate(&instance, graph, 0));
+  const cudaGraphExec_t instance = capture(stream, [&] { paged_attention(dp.params, exec); });
 
-  const size_t out_bytes = static_cast<size_t>(d.out.nbytes()), lse_bytes = d.lse.nbytes();
-  std::vector<unsigned char> g_out(out_bytes), g_lse(lse_bytes), e_out(out_bytes), e_lse(lse_bytes);
+  const size_t out_bytes = static_cast<size_t>(d.out.nbytes());
   for (int round = 0; round < 3; ++round) {
     set_lengths(round == 1);
     FB_TEST_CUDA(cudaMemsetAsync(dp.params.out.data, 0xff, out_bytes, stream));
@@ -135,24 +149,21 @@ TEST(CudaGraph, ReplayWithChangedLengthsEqualsEager) {
     FB_TEST_CUDA(cudaStreamSynchronize(stream));
     dp.mirror.download(d.out);
     dp.mirror.download(d.lse);
-    std::memcpy(g_out.data(), d.out.data(), out_bytes);
-    std::memcpy(g_lse.data(), d.lse.data(), lse_bytes);
+    const Bits g = host_bits(d);
     FB_TEST_CUDA(cudaMemsetAsync(dp.params.out.data, 0xff, out_bytes, stream));
     paged_attention(dp.params, exec);
     FB_TEST_CUDA(cudaStreamSynchronize(stream));
     dp.mirror.download(d.out);
     dp.mirror.download(d.lse);
-    std::memcpy(e_out.data(), d.out.data(), out_bytes);
-    std::memcpy(e_lse.data(), d.lse.data(), lse_bytes);
-    EXPECT_EQ(g_out, e_out) << "replay " << round << " output differs from eager";
-    EXPECT_EQ(g_lse, e_lse) << "replay " << round << " LSE differs from eager";
+    const Bits e = host_bits(d);
+    EXPECT_EQ(g.out, e.out) << "replay " << round << " output differs from eager";
+    EXPECT_EQ(g.lse, e.lse) << "replay " << round << " LSE differs from eager";
     PagedData ref = testing::with_fresh_outputs(d);
     paged_attention(ref.params, kRef);
     const auto cmp = testing::compare(d.params.out, ref.params.out, d.params.lse, ref.params.lse);
     EXPECT_TRUE(cmp.ok) << "replay " << round << ": " << cmp.why;
   }
   FB_TEST_CUDA(cudaGraphExecDestroy(instance));
-  FB_TEST_CUDA(cudaGraphDestroy(graph));
   FB_TEST_CUDA(cudaStreamDestroy(stream));
 }
 
@@ -162,11 +173,8 @@ TEST(CudaGraph, ReplayWithChangedLengthsEqualsEager) {
 // launched with a cluster attribute); elsewhere the other prefill forms. Replay equals eager
 // execution bit for bit and the oracle.
 TEST(CudaGraph, PrefillReplayEqualsEagerAndOracle) {
-  bool has_128 = false;
-  std::stringstream dims(FLASHBACK_TEST_HEAD_DIMS);
-  for (std::string x; std::getline(dims, x, ',');)
-    has_128 = has_128 || (!x.empty() && std::stoi(x) == 128);
-  if (!has_128) GTEST_SKIP() << "head dim 128 not built";
+  if (std::ranges::count(testing::head_dims(FLASHBACK_TEST_HEAD_DIMS), 128) == 0)
+    GTEST_SKIP() << "head dim 128 not built";
   AttentionCase c;
   c.heads_q = 16;
   c.heads_kv = 8;
@@ -182,12 +190,7 @@ TEST(CudaGraph, PrefillReplayEqualsEagerAndOracle) {
   Exec exec;
   exec.stream = stream;
   testing::attach_workspace(dp, exec);
-  cudaGraph_t graph;
-  cudaGraphExec_t instance;
-  FB_TEST_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  paged_attention(dp.params, exec);
-  FB_TEST_CUDA(cudaStreamEndCapture(stream, &graph));
-  FB_TEST_CUDA(cudaGraphInstantiate(&instance, graph, 0));
+  const cudaGraphExec_t instance = capture(stream, [&] { paged_attention(dp.params, exec); });
   const size_t out_bytes = static_cast<size_t>(d.out.nbytes()), lse_bytes = d.lse.nbytes();
   auto run = [&](bool replay) {
     FB_TEST_CUDA(cudaMemsetAsync(dp.params.out.data, 0xff, out_bytes, stream));  // poison
@@ -199,12 +202,7 @@ TEST(CudaGraph, PrefillReplayEqualsEagerAndOracle) {
     FB_TEST_CUDA(cudaStreamSynchronize(stream));
     dp.mirror.download(d.out);
     dp.mirror.download(d.lse);
-    Bits b;
-    b.out.assign(static_cast<const unsigned char*>(d.out.data()),
-                 static_cast<const unsigned char*>(d.out.data()) + out_bytes);
-    b.lse.assign(static_cast<const unsigned char*>(d.lse.data()),
-                 static_cast<const unsigned char*>(d.lse.data()) + lse_bytes);
-    return b;
+    return host_bits(d);
   };
   const Bits eager = run(false);
   for (int round = 0; round < 2; ++round)
@@ -214,7 +212,6 @@ TEST(CudaGraph, PrefillReplayEqualsEagerAndOracle) {
   const auto cmp = testing::compare(d.params.out, ref.params.out, d.params.lse, ref.params.lse);
   EXPECT_TRUE(cmp.ok) << cmp.why;
   FB_TEST_CUDA(cudaGraphExecDestroy(instance));
-  FB_TEST_CUDA(cudaGraphDestroy(graph));
   FB_TEST_CUDA(cudaStreamDestroy(stream));
 }
 

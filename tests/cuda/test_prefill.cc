@@ -13,7 +13,6 @@
 #include <cstring>
 #include <functional>
 #include <random>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,13 +30,7 @@ using testing::PagedData;
 
 const Exec kRef{nullptr, 0, Exec::CpuImpl::kReference};
 
-std::vector<int> built_head_dims() {
-  std::vector<int> v;
-  std::stringstream s(FLASHBACK_TEST_HEAD_DIMS);
-  for (std::string x; std::getline(s, x, ',');)
-    if (!x.empty()) v.push_back(std::stoi(x));
-  return v;
-}
+std::vector<int> built_head_dims() { return testing::head_dims(FLASHBACK_TEST_HEAD_DIMS); }
 
 uint64_t next_seed() {
   static uint64_t s = 0x9f11;
