@@ -39,8 +39,8 @@ struct alignas(64) TileConfig {
 };
 
 // Tiles: 0 scores (C: 16 keys x head_rows fp32), 1 K (A: 16 keys x 32 bf16), 2 q (B: 16 dim
-// pairs x head_rows x 2 bf16); P·V: 3-6 O (C: head_rows x 16 columns each), 7 P (A:
-// head_rows x 32 keys), 1 V (B: 16 key pairs x 16 columns x 2).
+// pairs x head_rows x 2 bf16); P·V: 3-6 O (C: 2 head_rows rows x 16 column pairs each), 7 P (A:
+// 2 head_rows rows x 16 keys x 2), 1 V (B: 16 keys x 16 column pairs x 2, V's rows as they are).
 #define FLASHBACK_AMX_TARGET \
   __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512bf16")))
 
@@ -54,11 +54,11 @@ bool usable() {
 FLASHBACK_AMX_TARGET void begin(int64_t head_rows) {
   TileConfig cfg;
   const auto q_cols = static_cast<uint16_t>(head_rows * 4);
-  const auto m = static_cast<uint8_t>(head_rows);
-  cfg.rows[0] = cfg.rows[1] = cfg.rows[2] = 16;  // scores: C, A (K) / P·V: B (V pairs), B (q)
+  const auto m = static_cast<uint8_t>(2 * head_rows);
+  cfg.rows[0] = cfg.rows[1] = cfg.rows[2] = 16;  // scores: C, A (K) / P·V: B (V rows), B (q)
   cfg.colsb[0] = cfg.colsb[2] = q_cols;
   cfg.colsb[1] = 64;
-  for (int t = 3; t <= 7; ++t) {  // P·V: C (O, 4 blocks of 16 columns) and A (P)
+  for (int t = 3; t <= 7; ++t) {  // P·V: C (O, 4 blocks of 32 columns) and A (P): 2 rows per row
     cfg.rows[t] = m;
     cfg.colsb[t] = 64;
   }
@@ -136,66 +136,95 @@ FLASHBACK_AMX_TARGET void pv_tile(const float* st, int64_t ra, int64_t head_rows
                                   const void* const* v, int64_t v_off, int64_t j0, int64_t j1,
                                   float* o, int64_t os, int64_t dv, uint16_t* vstage,
                                   uint16_t* pstage, NextRows* next) {
-  // Element i of each pair of rows: (row 2k, i) then (row 2k + 1, i).
-  alignas(64) uint16_t lo_idx[32], hi_idx[32];
-  for (int i = 0; i < 16; ++i) {
-    lo_idx[2 * i] = static_cast<uint16_t>(i);
-    lo_idx[2 * i + 1] = static_cast<uint16_t>(32 + i);
-    hi_idx[2 * i] = static_cast<uint16_t>(16 + i);
-    hi_idx[2 * i + 1] = static_cast<uint16_t>(48 + i);
+  const int64_t row_bytes = dv * 2;
+  // B: each half tile's 16 V rows in place (evenly spaced, all in [j0, j1)) or copied to the
+  // stage with zero rows outside the range (a zero weight times uninitialised memory could be
+  // NaN); null for a half without keys.
+  const char* vb[2] = {nullptr, nullptr};
+  int64_t vstride[2] = {0, 0};
+  for (int64_t hf = 0; hf < 2; ++hf) {
+    const int64_t gb = hf * kKeys, lo = std::max(gb, j0), hi = std::min(gb + kKeys, j1);
+    if (lo >= hi) continue;
+    next->step(hi - lo);
+    const auto* base = static_cast<const char*>(v[lo]) + v_off;
+    int64_t stride = 0;
+    bool direct = lo == gb && hi == gb + kKeys;
+    if (direct) {
+      stride = static_cast<const char*>(v[gb + 1]) - static_cast<const char*>(v[gb]);
+      for (int64_t i = 2; i < kKeys && direct; ++i)
+        direct =
+            static_cast<const char*>(v[gb + i]) == static_cast<const char*>(v[gb]) + i * stride;
+    }
+    if (!direct) {
+      auto* sb = reinterpret_cast<char*>(vstage) + hf * kKeys * row_bytes;
+      for (int64_t i = 0; i < kKeys; ++i) {
+        const int64_t j = gb + i;
+        if (j < lo || j >= hi)
+          std::memset(sb + i * row_bytes, 0, static_cast<size_t>(row_bytes));
+        else
+          std::memcpy(sb + i * row_bytes, static_cast<const char*>(v[j]) + v_off,
+                      static_cast<size_t>(row_bytes));
+      }
+      base = sb;
+      stride = row_bytes;
+    }
+    vb[hf] = base;
+    vstride[hf] = stride;
   }
-  const __m512i ilo = _mm512_load_si512(lo_idx), ihi = _mm512_load_si512(hi_idx);
-  const int64_t row_bytes = dv * 2, vrow = dv * 4;  // a V row; a staged pair of rows
-  {
-    // V's 32 tile keys as 16 interleaved pairs (rows outside [j0, j1) zero).
-    auto* vs = reinterpret_cast<char*>(vstage);
-    for (int64_t p = 0; p < 16; ++p) {
-      const int64_t ja = 2 * p, jb = 2 * p + 1;
-      const bool ina = ja >= j0 && ja < j1, inb = jb >= j0 && jb < j1;
-      const char* ra_ = ina ? static_cast<const char*>(v[ja]) + v_off : nullptr;
-      const char* rb_ = inb ? static_cast<const char*>(v[jb]) + v_off : nullptr;
-      char* dst = vs + p * vrow;
-      next->step(static_cast<int64_t>(ina) + static_cast<int64_t>(inb));
-      for (int64_t c = 0; c < row_bytes; c += 64) {
-        const __m512i x = ina ? _mm512_loadu_si512(ra_ + c) : _mm512_setzero_si512();
-        const __m512i y = inb ? _mm512_loadu_si512(rb_ + c) : _mm512_setzero_si512();
-        _mm512_storeu_si512(dst + 2 * c, _mm512_permutex2var_epi16(x, ilo, y));
-        _mm512_storeu_si512(dst + 2 * c + 64, _mm512_permutex2var_epi16(x, ihi, y));
+  const __m512i idx =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(static_cast<int>(ra)));
+  uint32_t keys = 0;
+  for (int64_t j = j0; j < j1; ++j) keys |= 1u << j;
+  const __mmask16 mask[2] = {static_cast<__mmask16>(keys & 0xFFFF),
+                             static_cast<__mmask16>(keys >> 16)};
+  const __m512 zero = _mm512_setzero_ps();
+  // A of each half: rows 2i and 2i + 1 hold row i's 16 weights (bf16, round to nearest even) in
+  // the even and in the odd element of each pair, the other element zero; with V's rows as B
+  // (pairs of adjacent columns), row 2i accumulates O's even columns and row 2i + 1 its odd ones.
+  for (int64_t hf = 0; hf < 2; ++hf) {
+    if (vb[hf] == nullptr) continue;
+    uint16_t* pa = pstage + hf * 2 * kMaxRows * 32;
+    for (int64_t i = 0; i < head_rows; ++i) {
+      const __m512 w = _mm512_mask_i32gather_ps(zero, mask[hf], idx, st + hf * kKeys * ra + i, 4);
+      const __m512i even =
+          _mm512_maskz_cvtepu16_epi32(0xFFFF, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(w)));
+      _mm512_storeu_si512(pa + 2 * i * 32, even);
+      _mm512_storeu_si512(pa + (2 * i + 1) * 32, _mm512_maskz_slli_epi32(0xFFFF, even, 16));
+    }
+  }
+  // O as C tiles of 2 head_rows rows, four blocks of 32 columns at a time (dv a multiple of 64:
+  // a last group of two): row 2i + e of block b (columns 32 b + 2 n + e, n < 16) at
+  // o + i * os + e * os / 2 + 16 b, a stride of os / 2 floats.
+  const int64_t cs = os * 2;  // bytes
+  for (int64_t b0 = 0; b0 < dv / 32; b0 += 4) {
+    const bool four = b0 + 4 <= dv / 32;
+    _tile_loadd(3, o + (b0 + 0) * 16, cs);
+    _tile_loadd(4, o + (b0 + 1) * 16, cs);
+    if (four) {
+      _tile_loadd(5, o + (b0 + 2) * 16, cs);
+      _tile_loadd(6, o + (b0 + 3) * 16, cs);
+    }
+    for (int64_t hf = 0; hf < 2; ++hf) {
+      if (vb[hf] == nullptr) continue;
+      _tile_loadd(7, pstage + hf * 2 * kMaxRows * 32, 64);
+      const char* vh = vb[hf] + b0 * 64;
+      _tile_loadd(1, vh, vstride[hf]);
+      _tile_dpbf16ps(3, 7, 1);
+      _tile_loadd(1, vh + 64, vstride[hf]);
+      _tile_dpbf16ps(4, 7, 1);
+      if (four) {
+        _tile_loadd(1, vh + 128, vstride[hf]);
+        _tile_dpbf16ps(5, 7, 1);
+        _tile_loadd(1, vh + 192, vstride[hf]);
+        _tile_dpbf16ps(6, 7, 1);
       }
     }
-    // P: the rows x 32 keys in bf16, gathered from the key-major weights (those outside
-    // [j0, j1) zero; round to nearest even).
-    const __m512i idx =
-        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                           _mm512_set1_epi32(static_cast<int>(ra)));
-    uint32_t keys = 0;
-    for (int64_t j = j0; j < j1; ++j) keys |= 1u << j;
-    const auto m0 = static_cast<__mmask16>(keys & 0xFFFF), m1 = static_cast<__mmask16>(keys >> 16);
-    const __m512 zero = _mm512_setzero_ps();
-    for (int64_t i = 0; i < head_rows; ++i) {
-      const __m512 lo = _mm512_mask_i32gather_ps(zero, m0, idx, st + i, 4);
-      const __m512 hi = _mm512_mask_i32gather_ps(zero, m1, idx, st + 16 * ra + i, 4);
-      _mm512_storeu_si512(pstage + i * 32, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
-    }
-    _tile_loadd(7, pstage, 64);
-    float* og = o;
-    for (int64_t b0 = 0; b0 < dv / 16; b0 += 4) {
-      _tile_loadd(3, og + (b0 + 0) * 16, os * 4);
-      _tile_loadd(4, og + (b0 + 1) * 16, os * 4);
-      _tile_loadd(5, og + (b0 + 2) * 16, os * 4);
-      _tile_loadd(6, og + (b0 + 3) * 16, os * 4);
-      _tile_loadd(1, vs + (b0 + 0) * 64, vrow);
-      _tile_dpbf16ps(3, 7, 1);
-      _tile_loadd(1, vs + (b0 + 1) * 64, vrow);
-      _tile_dpbf16ps(4, 7, 1);
-      _tile_loadd(1, vs + (b0 + 2) * 64, vrow);
-      _tile_dpbf16ps(5, 7, 1);
-      _tile_loadd(1, vs + (b0 + 3) * 64, vrow);
-      _tile_dpbf16ps(6, 7, 1);
-      _tile_stored(3, og + (b0 + 0) * 16, os * 4);
-      _tile_stored(4, og + (b0 + 1) * 16, os * 4);
-      _tile_stored(5, og + (b0 + 2) * 16, os * 4);
-      _tile_stored(6, og + (b0 + 3) * 16, os * 4);
+    _tile_stored(3, o + (b0 + 0) * 16, cs);
+    _tile_stored(4, o + (b0 + 1) * 16, cs);
+    if (four) {
+      _tile_stored(5, o + (b0 + 2) * 16, cs);
+      _tile_stored(6, o + (b0 + 3) * 16, cs);
     }
   }
 }
@@ -214,5 +243,12 @@ void pv_tile(const float*, int64_t, int64_t, const void* const*, int64_t, int64_
              int64_t, int64_t, uint16_t*, uint16_t*, NextRows*) {}
 
 #endif
+
+void unsplit_columns(float* o, int64_t os, int64_t dv) {
+  float t[1024];
+  for (int64_t c = 0; c < dv; ++c) t[c] = o[(c & 1) * (os / 2) + c / 2];
+  std::copy(t, t + dv, o);
+  std::fill(o + dv, o + os, 0.0f);
+}
 
 }  // namespace flashback::cpu_fast::amx

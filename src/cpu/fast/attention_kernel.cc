@@ -96,7 +96,7 @@ void prepare_amx(const AttnArgs& a, const Task& t, int64_t head_rows, int64_t ra
   sc.qb.resize(static_cast<size_t>(t.ng * a.head_dim * head_rows));
   sc.kstage.resize(static_cast<size_t>(amx::kKeys * t.ng * a.head_dim));
   sc.vstage.resize(static_cast<size_t>(kTileKeys * a.head_dim_v));
-  sc.pstage.resize(static_cast<size_t>(amx::kMaxRows * kTileKeys));
+  sc.pstage.resize(static_cast<size_t>(amx::kPStage));
   sc.row_scale.assign(static_cast<size_t>(ra), 0.0f);
   const auto* qbase = static_cast<const uint16_t*>(a.q);
   const uint16_t* qrow[amx::kMaxRows];
@@ -198,7 +198,8 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
   // Scores and P·V on AMX tiles where the host has them (amx.h): raw bf16 q and K (exact
   // products), the scale folded in per row afterwards; P rounded to bf16 for P·V.
   const bool use_amx = tile_scores && a.q_dtype == DType::kBF16 && a.head_dim % 32 == 0 &&
-                       a.head_dim_v % 64 == 0 && head_rows <= amx::kMaxRows && amx::usable();
+                       a.head_dim_v % 64 == 0 && a.head_dim_v <= amx::kMaxDv &&
+                       head_rows <= amx::kMaxRows && amx::usable();
   struct AmxTiles {  // this thread's tile configuration, for the task
     bool on;
     ~AmxTiles() {
@@ -415,7 +416,9 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
         }
       }
     }
-    if (pairs && !use_amx)  // AMX P·V keeps O's columns in order
+    if (use_amx)
+      for (int64_t r = 0; r < rows; ++r) amx::unsplit_columns(po + r * dvp, dvp, a.head_dim_v);
+    else if (pairs)
       for (int64_t r = 0; r < rows; ++r) permute_pairs(po + r * dvp, a.head_dim_v, false);
     if (stride == 0) merge_state_rows(state, part, rows, dvp);
   }
