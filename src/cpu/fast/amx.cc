@@ -38,6 +38,18 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
+// Whether the 16 rows of keys [gb, gb + kKeys) can be a tile operand in place: all of them in
+// the loaded range [lo, hi) and evenly spaced (a page of 16 or more keys, the tile aligned to
+// it); their spacing to `stride`.
+bool in_place(const void* const* rows, int64_t gb, int64_t lo, int64_t hi, int64_t& stride) {
+  if (lo != gb || hi != gb + kKeys) return false;
+  const auto* base = static_cast<const char*>(rows[gb]);
+  stride = static_cast<const char*>(rows[gb + 1]) - base;
+  for (int64_t i = 2; i < kKeys; ++i)
+    if (static_cast<const char*>(rows[gb + i]) != base + i * stride) return false;
+  return true;
+}
+
 // Tiles: 0 scores (C: 16 keys x head_rows fp32), 1 K (A: 16 keys x 32 bf16), 2 q (B: 16 dim
 // pairs x head_rows x 2 bf16); P·V: 3-6 O (C: 2 head_rows rows x 16 column pairs each), 7 P (A:
 // 2 head_rows rows x 16 keys x 2), 1 V (B: 16 keys x 16 column pairs x 2, V's rows as they are).
@@ -89,13 +101,7 @@ FLASHBACK_AMX_TARGET void scores_tile(const uint16_t* qb, int64_t heads, int64_t
     // aligned to it); else the range's rows, zero-padded, through the stage.
     const auto* base = static_cast<const char*>(k[lo]);
     int64_t stride = 0, head_bytes = k_head_bytes;
-    bool direct = lo == gb && hi == gb + kKeys;
-    if (direct) {
-      stride = static_cast<const char*>(k[gb + 1]) - base;
-      for (int64_t i = 2; i < kKeys && direct; ++i)
-        direct = static_cast<const char*>(k[gb + i]) == base + i * stride;
-    }
-    if (!direct) {
+    if (!in_place(k, gb, lo, hi, stride)) {
       auto* sb = reinterpret_cast<char*>(stage);
       stride = heads * row_bytes;
       head_bytes = row_bytes;
@@ -148,14 +154,7 @@ FLASHBACK_AMX_TARGET void pv_tile(const float* st, int64_t ra, int64_t head_rows
     next->step(hi - lo);
     const auto* base = static_cast<const char*>(v[lo]) + v_off;
     int64_t stride = 0;
-    bool direct = lo == gb && hi == gb + kKeys;
-    if (direct) {
-      stride = static_cast<const char*>(v[gb + 1]) - static_cast<const char*>(v[gb]);
-      for (int64_t i = 2; i < kKeys && direct; ++i)
-        direct =
-            static_cast<const char*>(v[gb + i]) == static_cast<const char*>(v[gb]) + i * stride;
-    }
-    if (!direct) {
+    if (!in_place(v, gb, lo, hi, stride)) {
       auto* sb = reinterpret_cast<char*>(vstage) + hf * kKeys * row_bytes;
       for (int64_t i = 0; i < kKeys; ++i) {
         const int64_t j = gb + i;
