@@ -147,11 +147,12 @@ FLASHBACK_AMX_TARGET void pv_tile(const float* st, int64_t ra, int64_t head_rows
   // stage with zero rows outside the range (a zero weight times uninitialised memory could be
   // NaN); null for a half without keys.
   const char* vb[2] = {nullptr, nullptr};
-  int64_t vstride[2] = {0, 0};
+  int64_t vstride[2] = {0, 0}, rows = 0, loads = 0;
   for (int64_t hf = 0; hf < 2; ++hf) {
     const int64_t gb = hf * kKeys, lo = std::max(gb, j0), hi = std::min(gb + kKeys, j1);
     if (lo >= hi) continue;
-    next->step(hi - lo);
+    rows += hi - lo;
+    loads += dv / 32;
     const auto* base = static_cast<const char*>(v[lo]) + v_off;
     int64_t stride = 0;
     if (!in_place(v, gb, lo, hi, stride)) {
@@ -196,6 +197,13 @@ FLASHBACK_AMX_TARGET void pv_tile(const float* st, int64_t ra, int64_t head_rows
   // a last group of two): row 2i + e of block b (columns 32 b + 2 n + e, n < 16) at
   // o + i * os + e * os / 2 + 16 b, a stride of os / 2 floats.
   const int64_t cs = os * 2;  // bytes
+  // The prefetch stream takes this head's V rows' worth of steps spread over its V loads (a
+  // burst of 32 rows at once, 128 lines, queued the loads behind them).
+  int64_t load = 0;
+  const auto step = [&] {
+    next->step(rows * (load + 1) / loads - rows * load / loads);
+    ++load;
+  };
   for (int64_t b0 = 0; b0 < dv / 32; b0 += 4) {
     const bool four = b0 + 4 <= dv / 32;
     _tile_loadd(3, o + (b0 + 0) * 16, cs);
@@ -208,13 +216,17 @@ FLASHBACK_AMX_TARGET void pv_tile(const float* st, int64_t ra, int64_t head_rows
       if (vb[hf] == nullptr) continue;
       _tile_loadd(7, pstage + hf * 2 * kMaxRows * 32, 64);
       const char* vh = vb[hf] + b0 * 64;
+      step();
       _tile_loadd(1, vh, vstride[hf]);
       _tile_dpbf16ps(3, 7, 1);
+      step();
       _tile_loadd(1, vh + 64, vstride[hf]);
       _tile_dpbf16ps(4, 7, 1);
       if (four) {
+        step();
         _tile_loadd(1, vh + 128, vstride[hf]);
         _tile_dpbf16ps(5, 7, 1);
+        step();
         _tile_loadd(1, vh + 192, vstride[hf]);
         _tile_dpbf16ps(6, 7, 1);
       }
