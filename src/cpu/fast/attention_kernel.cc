@@ -330,7 +330,7 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
         // m, l of padding rows stay -inf, 0 (they see no key); pm, pl hold kMaxRows ≥ ra.
         float* alpha = sc.wm.data();
         wide_softmax(sc.st.data(), ra, j0, j1, ts, sc.row_lo.data(), sc.row_hi.data(), a.softcap,
-                     pm, pl, alpha);
+                     pm, pl, alpha, &next);
         for (int64_t r = 0; r < rows; ++r)
           if (alpha[r] != 1.0f) scale_row(po + r * dvp, dvp, alpha[r]);
         if (use_amx) {

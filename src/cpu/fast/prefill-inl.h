@@ -106,7 +106,8 @@ void wide_scores(const float* qt, int64_t rp, Rows k, int64_t len, int64_t j0, i
 // every row of this vector (tiles below the causal diagonal), so no key mask is built.
 template <bool kFull>
 HWY_INLINE void wide_softmax_vec(float* st, int64_t rp, int64_t j0, int64_t j1, int64_t ts, VF vlo,
-                                 VF vhi, float softcap, float* m, float* l, float* alpha) {
+                                 VF vhi, float softcap, float* m, float* l, float* alpha,
+                                 NextRows* next) {
   const DF df;
   const VF neg_inf = hn::Set(df, kNegInf), cap = hn::Set(df, softcap), zero = hn::Zero(df);
   VF mt = neg_inf;
@@ -139,6 +140,7 @@ HWY_INLINE void wide_softmax_vec(float* st, int64_t rp, int64_t j0, int64_t j1, 
   // at a time left the pipes waiting on it. The sum still adds them key by key.
   int64_t j = j0;
   for (; j + 4 <= j1; j += 4) {
+    if (next != nullptr) next->step(2);
     const VF p0 = weight(j), p1 = weight(j + 1), p2 = weight(j + 2), p3 = weight(j + 3);
     sum = hn::Add(hn::Add(hn::Add(hn::Add(sum, p0), p1), p2), p3);
   }
@@ -149,7 +151,8 @@ HWY_INLINE void wide_softmax_vec(float* st, int64_t rp, int64_t j0, int64_t j1, 
 }
 
 inline void wide_softmax(float* st, int64_t rp, int64_t j0, int64_t j1, int64_t ts, const float* lo,
-                         const float* hi, float softcap, float* m, float* l, float* alpha) {
+                         const float* hi, float softcap, float* m, float* l, float* alpha,
+                         NextRows* next = nullptr) {
   const DF df;
   const int64_t N = lanes();
   const float first = static_cast<float>(ts + j0), last = static_cast<float>(ts + j1 - 1);
@@ -158,9 +161,11 @@ inline void wide_softmax(float* st, int64_t rp, int64_t j0, int64_t j1, int64_t 
     const bool full = hn::GetLane(hn::MaxOfLanes(df, vlo)) <= first &&
                       hn::GetLane(hn::MinOfLanes(df, vhi)) >= last;
     if (full)
-      wide_softmax_vec<true>(st + x, rp, j0, j1, ts, vlo, vhi, softcap, m + x, l + x, alpha + x);
+      wide_softmax_vec<true>(st + x, rp, j0, j1, ts, vlo, vhi, softcap, m + x, l + x, alpha + x,
+                             next);
     else
-      wide_softmax_vec<false>(st + x, rp, j0, j1, ts, vlo, vhi, softcap, m + x, l + x, alpha + x);
+      wide_softmax_vec<false>(st + x, rp, j0, j1, ts, vlo, vhi, softcap, m + x, l + x, alpha + x,
+                              next);
   }
 }
 
