@@ -125,9 +125,11 @@ FLASHBACK_AMX_TARGET void scores_tile(const uint16_t* qb, int64_t heads, int64_t
       _tile_zero(0);
       const int64_t n = hi - lo;  // rows of K this head's steps consume, prefetched in step
       for (int64_t c = 0; c < steps; ++c) {
-        next->step(n * (c + 1) / steps - n * c / steps);
+        const int64_t m = n * (c + 1) / steps - n * c / steps;
+        next->step(m / 2);
         _tile_loadd(1, ag + c * 64, stride);
         _tile_loadd(2, bg + c * b_step, b_stride);
+        next->step(m - m / 2);
         _tile_dpbf16ps(0, 1, 2);
       }
       _tile_stored(0, s + g * head_rows, ra * 4);
