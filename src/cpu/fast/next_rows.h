@@ -18,7 +18,9 @@ namespace flashback::cpu_fast {
 /// Read page after page instead, decode ran 15-20 % slower from DRAM on an Intel host (two
 /// threads; PERFORMANCE_CPU.md, session 30): a core keeps more lines in flight across four
 /// pages than along one. Turns of 2, 4 or 8 rows were 3-20 % slower, eight runs (quarters) no
-/// faster.
+/// faster. Callers step a few rows at a time between their loads: the AMX P·V stepping a head's
+/// 32 V rows at once ran 5-6 % slower from DRAM than a step before each tile load, and a
+/// softmax that issued none let the fill buffers drain (session 36).
 ///
 /// L2 (T1), not L1: an L1 prefetch holds one of the core's ~16 L1 miss buffers until its line
 /// arrives, and with several KV heads per task a row is used only after the other heads' work,
