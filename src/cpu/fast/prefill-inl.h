@@ -140,6 +140,8 @@ HWY_INLINE void wide_softmax_vec(float* st, int64_t rp, int64_t j0, int64_t j1, 
   // at a time left the pipes waiting on it. The sum still adds them key by key.
   int64_t j = j0;
   for (; j + 4 <= j1; j += 4) {
+    // Decode: the next tile's prefetches go on here too (next_rows.h), a row per 4 keys, so the
+    // fill buffers do not drain between the scores and P·V.
     if (next != nullptr) next->step(1);
     const VF p0 = weight(j), p1 = weight(j + 1), p2 = weight(j + 2), p3 = weight(j + 3);
     sum = hn::Add(hn::Add(hn::Add(hn::Add(sum, p0), p1), p2), p3);
