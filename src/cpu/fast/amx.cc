@@ -140,6 +140,35 @@ FLASHBACK_AMX_TARGET void scores_tile(const uint16_t* qb, int64_t heads, int64_t
   }
 }
 
+// The weights of 4 q rows for 16 keys (row r, key k at st[k * ra + r]), one vector per row with
+// the keys in lanes: 16 loads of a key's 4 rows and two rounds of two-source permutes (four
+// gathers of 16 lanes each took ~4x the instructions).
+FLASHBACK_AMX_TARGET void weights4(const float* st, int64_t ra, __m512 (&w)[4]) {
+  __m512 z[4];  // keys 4q .. 4q + 3, rows 0-3 of each
+  for (int64_t q = 0; q < 4; ++q) {
+    const float* p = st + 4 * q * ra;
+    __m512 v = _mm512_zextps128_ps512(_mm_loadu_ps(p));
+    v = _mm512_insertf32x4(v, _mm_loadu_ps(p + ra), 1);
+    v = _mm512_insertf32x4(v, _mm_loadu_ps(p + 2 * ra), 2);
+    z[q] = _mm512_insertf32x4(v, _mm_loadu_ps(p + 3 * ra), 3);
+  }
+  // Rows r and r + 1 of keys 0-7 (from z[0], z[1]) or 8-15 (z[2], z[3]): lane l holds row
+  // r + l / 8 of key l % 8, element (l % 8 / 4) * 16 + (l % 4) * 4 + l / 8 + r of the pair; then
+  // lanes 0-7 (lo) or 8-15 (hi) of each half put together.
+  const __m512i x01 = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29);
+  const __m512i x23 = _mm512_add_epi32(x01, _mm512_set1_epi32(2));
+  const __m512i xlo = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+  const __m512i xhi = _mm512_add_epi32(xlo, _mm512_set1_epi32(8));
+  const __m512 a = _mm512_permutex2var_ps(z[0], x01, z[1]),
+               b = _mm512_permutex2var_ps(z[0], x23, z[1]);
+  const __m512 c = _mm512_permutex2var_ps(z[2], x01, z[3]),
+               d = _mm512_permutex2var_ps(z[2], x23, z[3]);
+  w[0] = _mm512_permutex2var_ps(a, xlo, c);
+  w[1] = _mm512_permutex2var_ps(a, xhi, c);
+  w[2] = _mm512_permutex2var_ps(b, xlo, d);
+  w[3] = _mm512_permutex2var_ps(b, xhi, d);
+}
+
 FLASHBACK_AMX_TARGET void pv_tile(const float* st, int64_t ra, int64_t head_rows,
                                   const void* const* v, int64_t v_off, int64_t j0, int64_t j1,
                                   float* o, int64_t os, int64_t dv, uint16_t* vstage,
@@ -173,26 +202,27 @@ FLASHBACK_AMX_TARGET void pv_tile(const float* st, int64_t ra, int64_t head_rows
     vb[hf] = base;
     vstride[hf] = stride;
   }
-  const __m512i idx =
-      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                         _mm512_set1_epi32(static_cast<int>(ra)));
   uint32_t keys = 0;
   for (int64_t j = j0; j < j1; ++j) keys |= 1u << j;
   const __mmask16 mask[2] = {static_cast<__mmask16>(keys & 0xFFFF),
                              static_cast<__mmask16>(keys >> 16)};
-  const __m512 zero = _mm512_setzero_ps();
   // A of each half: rows 2i and 2i + 1 hold row i's 16 weights (bf16, round to nearest even) in
   // the even and in the odd element of each pair, the other element zero; with V's rows as B
   // (pairs of adjacent columns), row 2i accumulates O's even columns and row 2i + 1 its odd ones.
   for (int64_t hf = 0; hf < 2; ++hf) {
     if (vb[hf] == nullptr) continue;
     uint16_t* pa = pstage + hf * 2 * kMaxRows * 32;
-    for (int64_t i = 0; i < head_rows; ++i) {
-      const __m512 w = _mm512_mask_i32gather_ps(zero, mask[hf], idx, st + hf * kKeys * ra + i, 4);
-      const __m512i even =
-          _mm512_maskz_cvtepu16_epi32(0xFFFF, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(w)));
-      _mm512_storeu_si512(pa + 2 * i * 32, even);
-      _mm512_storeu_si512(pa + (2 * i + 1) * 32, _mm512_maskz_slli_epi32(0xFFFF, even, 16));
+    for (int64_t i0 = 0; i0 < head_rows; i0 += 4) {
+      __m512 w[4];
+      weights4(st + hf * kKeys * ra + i0, ra, w);
+      for (int64_t i = 0; i < 4; ++i) {
+        const __m512i even = _mm512_maskz_cvtepu16_epi32(
+            0xFFFF,
+            reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_maskz_mov_ps(mask[hf], w[i]))));
+        _mm512_storeu_si512(pa + 2 * (i0 + i) * 32, even);
+        _mm512_storeu_si512(pa + (2 * (i0 + i) + 1) * 32,
+                            _mm512_maskz_slli_epi32(0xFFFF, even, 16));
+      }
     }
   }
   // O as C tiles of 2 head_rows rows, four blocks of 32 columns at a time (dv a multiple of 64:

@@ -50,8 +50,8 @@ void scores_tile(const uint16_t* qb, int64_t heads, int64_t head_rows, int64_t d
                  const void* const* k, int64_t k_head_bytes, int64_t j0, int64_t j1, float* st,
                  int64_t ra, const float* row_scale, uint16_t* stage, NextRows* next);
 
-/// O += P V over tile keys [j0, j1) (within [0, 32)) for one KV head's `head_rows` rows: the
-/// weight of row i, key j at st[j * ra + i] (rounded to bf16), key j's V row at v[j] + v_off
+/// O += P V over tile keys [j0, j1) (within [0, 32)) for one KV head's `head_rows` rows (4 or 8):
+/// the weight of row i, key j at st[j * ra + i] (rounded to bf16), key j's V row at v[j] + v_off
 /// bytes (bf16, `dv` elements, a multiple of 64), O's row i at o + i * os (fp32; os even and at
 /// least dv) in split column order: column 2n at o[n], column 2n + 1 at o[os / 2 + n] (made
 /// natural by unsplit_columns). V's rows are the B operand as they are (a row's adjacent column

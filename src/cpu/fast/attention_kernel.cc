@@ -199,7 +199,7 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
   // products), the scale folded in per row afterwards; P rounded to bf16 for P·V.
   const bool use_amx = tile_scores && a.q_dtype == DType::kBF16 && a.head_dim % 32 == 0 &&
                        a.head_dim_v % 64 == 0 && a.head_dim_v <= amx::kMaxDv &&
-                       head_rows <= amx::kMaxRows && amx::usable();
+                       head_rows % 4 == 0 && head_rows <= amx::kMaxRows && amx::usable();
   struct AmxTiles {  // this thread's tile configuration, for the task
     bool on;
     ~AmxTiles() {
