@@ -38,16 +38,37 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
-// Whether the 16 rows of keys [gb, gb + kKeys) can be a tile operand in place: all of them in
-// the loaded range [lo, hi) and evenly spaced (a page of 16 or more keys, the tile aligned to
-// it); their spacing to `stride`.
-bool in_place(const void* const* rows, int64_t gb, int64_t lo, int64_t hi, int64_t& stride) {
-  if (lo != gb || hi != gb + kKeys) return false;
-  const auto* base = static_cast<const char*>(rows[gb]);
-  stride = static_cast<const char*>(rows[gb + 1]) - base;
-  for (int64_t i = 2; i < kKeys; ++i)
-    if (static_cast<const char*>(rows[gb + i]) != base + i * stride) return false;
-  return true;
+// Rows of keys [gb, gb + kKeys) as a tile operand: key i's `heads` rows (`row_bytes` each, head
+// g's at rows[gb + i] + off + g * head_bytes). In place when all 16 keys are in the loaded range
+// [lo, hi) and evenly spaced (a page of 16 or more keys, the tile aligned to it); else copied to
+// `stage`, a key's heads side by side and zero rows outside [lo, hi) (a zero weight or q times
+// uninitialised memory could be NaN). Returns head 0's first row; `stride` (between keys) and
+// `head_bytes` (between heads) as the operand has them.
+struct Operand {
+  const char* base;
+  int64_t stride, head_bytes;
+};
+Operand operand_rows(const void* const* rows, int64_t off, int64_t heads, int64_t head_bytes,
+                     int64_t row_bytes, int64_t gb, int64_t lo, int64_t hi, char* stage) {
+  const auto at = [&](int64_t j) { return static_cast<const char*>(rows[j]) + off; };
+  if (lo == gb && hi == gb + kKeys) {
+    const int64_t stride = at(gb + 1) - at(gb);
+    bool even = true;
+    for (int64_t i = 2; i < kKeys && even; ++i) even = at(gb + i) == at(gb) + i * stride;
+    if (even) return {at(gb), stride, head_bytes};
+  }
+  const int64_t stride = heads * row_bytes;
+  for (int64_t i = 0; i < kKeys; ++i) {
+    char* dst = stage + i * stride;
+    const int64_t j = gb + i;
+    if (j < lo || j >= hi) {
+      std::memset(dst, 0, static_cast<size_t>(stride));
+      continue;
+    }
+    for (int64_t g = 0; g < heads; ++g)
+      std::memcpy(dst + g * row_bytes, at(j) + g * head_bytes, static_cast<size_t>(row_bytes));
+  }
+  return {stage, stride, row_bytes};
 }
 
 // Tiles: 0 scores (C: 16 keys x head_rows fp32), 1 K (A: 16 keys x 32 bf16), 2 q (B: 16 dim
@@ -97,37 +118,18 @@ FLASHBACK_AMX_TARGET void scores_tile(const uint16_t* qb, int64_t heads, int64_t
   const int64_t b_stride = head_rows * 4, q_head = dims * head_rows;
   for (int64_t gb = j0 / kKeys * kKeys; gb < j1; gb += kKeys) {
     const int64_t lo = std::max(gb, j0), hi = std::min(gb + kKeys, j1);
-    // In place when the 16 keys' rows are evenly spaced (a page of 16 or more keys, the tile
-    // aligned to it); else the range's rows, zero-padded, through the stage.
-    const auto* base = static_cast<const char*>(k[lo]);
-    int64_t stride = 0, head_bytes = k_head_bytes;
-    if (!in_place(k, gb, lo, hi, stride)) {
-      auto* sb = reinterpret_cast<char*>(stage);
-      stride = heads * row_bytes;
-      head_bytes = row_bytes;
-      for (int64_t i = 0; i < kKeys; ++i) {
-        char* dst = sb + i * stride;
-        const int64_t j = gb + i;
-        if (j < lo || j >= hi) {
-          std::memset(dst, 0, static_cast<size_t>(stride));
-          continue;
-        }
-        for (int64_t g = 0; g < heads; ++g)
-          std::memcpy(dst + g * row_bytes, static_cast<const char*>(k[j]) + g * k_head_bytes,
-                      static_cast<size_t>(row_bytes));
-      }
-      base = sb;
-    }
+    const Operand a = operand_rows(k, 0, heads, k_head_bytes, row_bytes, gb, lo, hi,
+                                   reinterpret_cast<char*>(stage));
     float* s = st + gb * ra;
     for (int64_t g = 0; g < heads; ++g) {
-      const char* ag = base + g * head_bytes;
+      const char* ag = a.base + g * a.head_bytes;
       const uint16_t* bg = qb + g * q_head;
       _tile_zero(0);
       const int64_t n = hi - lo;  // rows of K this head's steps consume, prefetched in step
       for (int64_t c = 0; c < steps; ++c) {
         const int64_t m = n * (c + 1) / steps - n * c / steps;
         next->step(m / 2);
-        _tile_loadd(1, ag + c * 64, stride);
+        _tile_loadd(1, ag + c * 64, a.stride);
         _tile_loadd(2, bg + c * b_step, b_stride);
         next->step(m - m / 2);
         _tile_dpbf16ps(0, 1, 2);
@@ -174,9 +176,7 @@ FLASHBACK_AMX_TARGET void pv_tile(const float* st, int64_t ra, int64_t head_rows
                                   float* o, int64_t os, int64_t dv, uint16_t* vstage,
                                   uint16_t* pstage, NextRows* next) {
   const int64_t row_bytes = dv * 2;
-  // B: each half tile's 16 V rows in place (evenly spaced, all in [j0, j1)) or copied to the
-  // stage with zero rows outside the range (a zero weight times uninitialised memory could be
-  // NaN); null for a half without keys.
+  // B: each half tile's 16 V rows (operand_rows); null for a half without keys.
   const char* vb[2] = {nullptr, nullptr};
   int64_t vstride[2] = {0, 0}, rows = 0, loads = 0;
   for (int64_t hf = 0; hf < 2; ++hf) {
@@ -184,23 +184,10 @@ FLASHBACK_AMX_TARGET void pv_tile(const float* st, int64_t ra, int64_t head_rows
     if (lo >= hi) continue;
     rows += hi - lo;
     loads += dv / 32;
-    const auto* base = static_cast<const char*>(v[lo]) + v_off;
-    int64_t stride = 0;
-    if (!in_place(v, gb, lo, hi, stride)) {
-      auto* sb = reinterpret_cast<char*>(vstage) + hf * kKeys * row_bytes;
-      for (int64_t i = 0; i < kKeys; ++i) {
-        const int64_t j = gb + i;
-        if (j < lo || j >= hi)
-          std::memset(sb + i * row_bytes, 0, static_cast<size_t>(row_bytes));
-        else
-          std::memcpy(sb + i * row_bytes, static_cast<const char*>(v[j]) + v_off,
-                      static_cast<size_t>(row_bytes));
-      }
-      base = sb;
-      stride = row_bytes;
-    }
-    vb[hf] = base;
-    vstride[hf] = stride;
+    const Operand b = operand_rows(v, v_off, 1, 0, row_bytes, gb, lo, hi,
+                                   reinterpret_cast<char*>(vstage) + hf * kKeys * row_bytes);
+    vb[hf] = b.base;
+    vstride[hf] = b.stride;
   }
   uint32_t keys = 0;
   for (int64_t j = j0; j < j1; ++j) keys |= 1u << j;
