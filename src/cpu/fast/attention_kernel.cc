@@ -341,15 +341,8 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
                          &next);
           }
         } else {
-          // The stream's rest spread over P·V's blocks of O.
-          const int64_t blocks = t.ng * pv_pair_blocks(head_rows, a.head_dim_v);
-          const int64_t per = (next.slots() - next.at + blocks - 1) / blocks;
-          for (int64_t gi = 0; gi < t.ng; ++gi) {
-            const int64_t r0 = gi * head_rows;
-            accumulate<Bf16Pairs, 1>(sc.st.data() + r0, ra, head_rows,
-                                     Rows{vp, gi * a.v_head * esz}, j0, j1, po + r0 * dvp, dvp,
-                                     a.head_dim_v, &next, per);
-          }
+          pv_tile_pairs(sc.st.data(), ra, head_rows, t.ng, Rows{vp, 0}, a.v_head * esz, j0, j1, po,
+                        dvp, a.head_dim_v, next);
         }
         next.finish();
         continue;

@@ -215,56 +215,34 @@ HWY_INLINE void pv_block(const float* p, int64_t pkey, Rows v, int64_t j0, int64
     for (int w = 0; w < kV; ++w) hn::StoreU(acc[i][w], df, o + i * os + x + w * N);
 }
 
-// Blocks of O that accumulate<Bf16Pairs> computes for `rows` rows of `len` values (one
-// prefetch step each).
-inline int64_t pv_pair_blocks(int64_t rows, int64_t len) {
-  const int64_t N = lanes(), chunks = len / (2 * N);
-  const int64_t r12 = kWideRegs ? rows / 12 : 0, rest = rows - 12 * r12;
-  const int64_t r6 = rest / 6, r4 = rest % 6 / 4, r1 = rest % 6 % 4;
-  return (r12 + r6 + r4) * chunks + r1 * (len / (4 * N) + len % (4 * N) / (2 * N));
-}
-
 // Weights of row i, key j at p[i · PROW + j · pkey]: PROW = kTileKeys and pkey = 1 for row-major
 // scores, PROW = 1 for their transpose. The row stride is a template argument so the weights'
 // addresses in P·V's inner loop are a base plus constants: as a run-time argument GCC 12 kept
 // the row offsets on the stack, four more loads per key (it had specialised them before by
 // chance, as a constprop clone).
-// Bf16Pairs: `pf` (optional) takes a step of `per` rows before each block of O.
 template <class T, int64_t PROW>
 void accumulate(const float* p, int64_t pkey, int64_t rows, Rows v, int64_t j0, int64_t j1,
-                float* o, int64_t os, int64_t len, NextRows* pf = nullptr, int64_t per = 0) {
+                float* o, int64_t os, int64_t len) {
   const int64_t N = lanes();
   int64_t r = 0;
   if constexpr (std::is_same_v<T, Bf16Pairs>) {  // len is a multiple of 2N
-    NextRows none;
-    NextRows& ps = pf ? *pf : none;
     // With 32 registers, 12 rows (24 accumulator chains) share each widened V vector pair.
     if constexpr (kWideRegs)
       for (; r + 12 <= rows; r += 12)
-        for (int64_t x = 0; x < len; x += 2 * N) {
-          ps.step(per);
+        for (int64_t x = 0; x < len; x += 2 * N)
           pv_block<12, 1, T, PROW>(p + r * PROW, pkey, v, j0, j1, o + r * os, os, x);
-        }
     for (; r + 6 <= rows; r += 6)  // 12 accumulator chains
-      for (int64_t x = 0; x < len; x += 2 * N) {
-        ps.step(per);
+      for (int64_t x = 0; x < len; x += 2 * N)
         pv_block<6, 1, T, PROW>(p + r * PROW, pkey, v, j0, j1, o + r * os, os, x);
-      }
     for (; r + 4 <= rows; r += 4)
-      for (int64_t x = 0; x < len; x += 2 * N) {
-        ps.step(per);
+      for (int64_t x = 0; x < len; x += 2 * N)
         pv_block<4, 1, T, PROW>(p + r * PROW, pkey, v, j0, j1, o + r * os, os, x);
-      }
     for (; r < rows; ++r) {
       int64_t x = 0;
-      for (; x + 4 * N <= len; x += 4 * N) {
-        ps.step(per);
+      for (; x + 4 * N <= len; x += 4 * N)
         pv_block<1, 2, T, PROW>(p + r * PROW, pkey, v, j0, j1, o + r * os, os, x);
-      }
-      for (; x < len; x += 2 * N) {
-        ps.step(per);
+      for (; x < len; x += 2 * N)
         pv_block<1, 1, T, PROW>(p + r * PROW, pkey, v, j0, j1, o + r * os, os, x);
-      }
     }
     return;
   }
@@ -288,6 +266,35 @@ void accumulate(const float* p, int64_t pkey, int64_t rows, Rows v, int64_t j0, 
       pv_block<1, 4, T, PROW>(p + r * PROW, pkey, v, j0, j1, o + r * os, os, x);
     for (; x < len; x += N)
       pv_block<1, 1, T, PROW>(p + r * PROW, pkey, v, j0, j1, o + r * os, os, x);
+  }
+}
+
+// P·V of a whole tile for all `heads` KV heads (bf16 pairs, rows per head a multiple of 4,
+// weights transposed: row r, key j at p[r + j · ra]), walked in blocks of kKeyBlock keys and,
+// within a block, head by head: V's rows are read in address order ([pages, P, H, D]) and each
+// of a block's lines serves both of its column chunks while it sits in L1. O (all the task's
+// rows, stride os) goes through L1 once per block; each element sees the MulAdd sequence of
+// accumulate<Bf16Pairs>, so the results are the same bits. Head by head over the whole tile
+// instead, a head's 32 V rows, 2 KB apart, fall in two L1 sets per line column, each line was
+// fetched twice, and decode ran 2-9 % slower from DRAM on a Zen 3 host (in-process alternation;
+// PERFORMANCE_CPU.md, session 37). `next` takes an even share of its remaining slots before
+// each (block, head).
+inline void pv_tile_pairs(const float* p, int64_t ra, int64_t head_rows, int64_t heads, Rows v,
+                          int64_t v_head_bytes, int64_t j0, int64_t j1, float* o, int64_t os,
+                          int64_t len, NextRows& next) {
+  constexpr int64_t kKeyBlock = 4;
+  const int64_t N = lanes();
+  const int64_t steps = (j1 - j0 + kKeyBlock - 1) / kKeyBlock * heads;
+  const int64_t per = (next.slots() - next.at + steps - 1) / steps;
+  for (int64_t jb = j0; jb < j1; jb += kKeyBlock) {
+    const int64_t je = std::min(jb + kKeyBlock, j1);
+    for (int64_t g = 0; g < heads; ++g) {
+      next.step(per);
+      const Rows vg{v.p, v.off + g * v_head_bytes};
+      for (int64_t r = g * head_rows; r < (g + 1) * head_rows; r += 4)
+        for (int64_t x = 0; x < len; x += 2 * N)
+          pv_block<4, 1, Bf16Pairs, 1>(p + r, ra, vg, jb, je, o + r * os, os, x);
+    }
   }
 }
 
