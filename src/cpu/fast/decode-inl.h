@@ -276,9 +276,9 @@ void accumulate(const float* p, int64_t pkey, int64_t rows, Rows v, int64_t j0, 
 // rows, stride os) goes through L1 once per block; each element sees the MulAdd sequence of
 // accumulate<Bf16Pairs>, so the results are the same bits. Head by head over the whole tile
 // instead, a head's 32 V rows, 2 KB apart, fall in two L1 sets per line column, each line was
-// fetched twice, and decode ran 2-9 % slower from DRAM on a Zen 3 host (in-process alternation;
-// PERFORMANCE_CPU.md, session 37). `next` takes an even share of its remaining slots before
-// each (block, head).
+// fetched twice, and decode ran 0-5 % slower from DRAM on a Zen 3 host (both builds timed in
+// one process; PERFORMANCE_CPU.md, session 37). `next` takes an even share of its remaining slots
+// before each (block, head).
 inline void pv_tile_pairs(const float* p, int64_t ra, int64_t head_rows, int64_t heads, Rows v,
                           int64_t v_head_bytes, int64_t j0, int64_t j1, float* o, int64_t os,
                           int64_t len, NextRows& next) {
