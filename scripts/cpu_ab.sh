@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CPU A/B between two commits in one process (tools/probes/cpu_ab_libs.cc): builds libflashback
 # as a shared library at each revision (git worktrees under $WORK), the harness against this
-# tree's bench library, and times the two call by call. On a shared host whose speed moves
+# tree's bench library (target cpu_ab_libs of build/cpu), and times the two call by call. On a shared host whose speed moves
 # within minutes this resolves a few percent where separate processes cannot.
 #   bash scripts/cpu_ab.sh OLD_REV [NEW_REV]      (NEW_REV: the working tree when left out)
 #   NAMES=cpu_decode_b4_L4k ROUNDS=40 THREADS=2 WORKLOADS=file.json AB_IN_CACHE=1 ...
@@ -30,11 +30,8 @@ tree_at() {
 build_so "$(tree_at "$OLD" a)" so_a
 if [[ -n "$NEW" ]]; then build_so "$(tree_at "$NEW" b)" so_b; else build_so "$PWD" so_b; fi
 for t in a b; do git worktree remove --force "$WORK/src_$t" 2>/dev/null || true; done
-cmake --build build/cpu --target flashback_bench flashback_testing flashback -j"$(nproc)" >/dev/null
-g++ -O2 -std=c++20 -fopenmp -Isrc -Iinclude tools/probes/cpu_ab_libs.cc \
-  build/cpu/src/bench/libflashback_bench.a build/cpu/libflashback_testing.a \
-  build/cpu/libflashback.a -lhwy -ldl -o "$WORK/ab_libs"
+cmake --build build/cpu --target cpu_ab_libs -j"$(nproc)" >/dev/null
 echo "A = $OLD, B = ${NEW:-working tree}"
-"$WORK/ab_libs" "$WORK/so_a/libflashback.so" "$WORK/so_b/libflashback.so" \
+build/cpu/tools/cpu_ab_libs "$WORK/so_a/libflashback.so" "$WORK/so_b/libflashback.so" \
   "${NAMES:-cpu_decode_b4_L4k,cpu_decode_b1_L32k}" "${ROUNDS:-30}" "${THREADS:-0}" \
   ${WORKLOADS:+"$WORKLOADS"}

@@ -4,14 +4,12 @@
 // dlopen(RTLD_LOCAL | RTLD_DEEPBIND), so its kernels and thread-local scratch stay its own; the
 // inputs come from this tree's bench library (bench/workloads.json shapes, random page
 // placement, huge pages) and rotate over the copies, one call of A, B, B, A per round.
-// Standalone (not part of the build). The public structs (PagedAttentionParams, Exec) must have
-// the same layout in both builds and in this tree.
+// Built with the tools (target cpu_ab_libs); scripts/cpu_ab.sh builds the two libraries and runs
+// it. The public structs (PagedAttentionParams, Exec) must have the same layout in both builds
+// and in this tree. By hand:
 //   cmake --preset cpu -B /tmp/so_a -DBUILD_SHARED_LIBS=ON -DCMAKE_POSITION_INDEPENDENT_CODE=ON
 //   cmake --build /tmp/so_a --target flashback     (likewise /tmp/so_b from the other tree)
-//   g++ -O2 -std=c++20 -fopenmp -Isrc -Iinclude tools/probes/cpu_ab_libs.cc \
-//     build/cpu/src/bench/libflashback_bench.a build/cpu/libflashback_testing.a \
-//     build/cpu/libflashback.a -lhwy -ldl -o /tmp/ab_libs
-//   /tmp/ab_libs /tmp/so_a/libflashback.so /tmp/so_b/libflashback.so \
+//   build/cpu/tools/cpu_ab_libs /tmp/so_a/libflashback.so /tmp/so_b/libflashback.so \
 //     [NAMES [ROUNDS [THREADS [WORKLOADS_FILE]]]]
 // Prints, per workload, each library's median ms and the median of the per-round ratios B/A.
 // Session 37 (a Zen 3 host), e8ee164 (A) against 7cefcfb (B), 20-50 rounds, both orders:
