@@ -28,10 +28,12 @@ tree_at() {
 }
 
 build_so "$(tree_at "$OLD" a)" so_a
-if [[ -n "$NEW" ]]; then build_so "$(tree_at "$NEW" b)" so_b; else build_so "$PWD" so_b; fi
+# B's build folder differs for a revision and for the working tree (a CMake cache keeps its source).
+B=so_wt
+if [[ -n "$NEW" ]]; then B=so_b; build_so "$(tree_at "$NEW" b)" so_b; else build_so "$PWD" so_wt; fi
 for t in a b; do git worktree remove --force "$WORK/src_$t" 2>/dev/null || true; done
 cmake --build build/cpu --target cpu_ab_libs -j"$(nproc)" >/dev/null
 echo "A = $OLD, B = ${NEW:-working tree}"
-build/cpu/tools/cpu_ab_libs "$WORK/so_a/libflashback.so" "$WORK/so_b/libflashback.so" \
+build/cpu/tools/cpu_ab_libs "$WORK/so_a/libflashback.so" "$WORK/$B/libflashback.so" \
   "${NAMES:-cpu_decode_b4_L4k,cpu_decode_b1_L32k}" "${ROUNDS:-30}" "${THREADS:-0}" \
   ${WORKLOADS:+"$WORKLOADS"}
