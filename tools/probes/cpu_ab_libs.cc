@@ -15,12 +15,15 @@
 // Session 37 (a Zen 3 host), e8ee164 (A) against 7cefcfb (B), 20-50 rounds, both orders:
 // cpu_decode_b4_L4k B/A 0.95-1.05 (median of six runs ~0.99), b1_L32k 0.94-1.02 (~0.975).
 // AB_IN_CACHE=1 times one input copy over and over instead of rotating copies.
+// Before timing, both run on the first copy and their out and lse are compared byte for byte
+// ("same bits" or "bits differ": a kernel change meant to keep the results says so here).
 #include <dlfcn.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -48,6 +51,22 @@ PagedFn load(const char* path) {
     std::exit(1);
   }
   return f;
+}
+
+// Whether A and B give the same out and lse bytes on `d`'s inputs.
+bool same_bits(const PagedFn (&fn)[2], const flashback::testing::PagedData& d,
+               const flashback::Exec& exec) {
+  std::vector<char> got[2];
+  for (int lib : {0, 1}) {
+    flashback::testing::PagedData c = flashback::testing::with_fresh_outputs(d);
+    fn[lib](c.params, exec);
+    for (const flashback::Tensor* t : {&c.out, &c.lse}) {
+      if (t->data() == nullptr) continue;  // no lse asked for
+      const char* p = static_cast<const char*>(t->data());
+      got[lib].insert(got[lib].end(), p, p + t->nbytes());
+    }
+  }
+  return got[0] == got[1];
 }
 
 }  // namespace
@@ -79,6 +98,7 @@ int main(int argc, char** argv) {
     Exec exec;
     exec.num_threads = threads;
     exec.cpu_impl = Exec::CpuImpl::kFast;
+    const bool same = same_bits(fn, copies[0].paged, exec);
     std::vector<double> ms[2], ratio;
     size_t c = 0;
     for (int r = -1; r < rounds; ++r) {  // round -1 warms both up
@@ -93,10 +113,10 @@ int main(int argc, char** argv) {
       for (int lib : {0, 1}) ms[lib].push_back(t[lib] / 2);
       ratio.push_back(t[1] / t[0]);
     }
-    std::printf("%-26s A %.3f ms  B %.3f ms  B/A %.3f (rounds' ratios %.3f-%.3f)\n", w.name.c_str(),
-                bench::median(ms[0]), bench::median(ms[1]), bench::median(ratio),
+    std::printf("%-26s A %.3f ms  B %.3f ms  B/A %.3f (rounds' ratios %.3f-%.3f), %s\n",
+                w.name.c_str(), bench::median(ms[0]), bench::median(ms[1]), bench::median(ratio),
                 *std::min_element(ratio.begin(), ratio.end()),
-                *std::max_element(ratio.begin(), ratio.end()));
+                *std::max_element(ratio.begin(), ratio.end()), same ? "same bits" : "bits differ");
   }
   return 0;
 }

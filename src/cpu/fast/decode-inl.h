@@ -95,51 +95,90 @@ HWY_INLINE void dot_block_pairs(const float* const* q, int64_t qs, const void* c
   }
 }
 
+// S = q · k for the 4 rows at q (stride qs) against two keys' rows k0 and k1 (bf16 pairs), into
+// s0[i · ss] and s1[i · ss]: each loaded q vector serves both keys (half the q loads of
+// dot_block_pairs, whose MulAdd sequence and lane sums each accumulator repeats, so a score has
+// the same bits either way). 8 accumulators, 4 key and 2 q vectors: fits 16 registers.
+HWY_INLINE void dot_rows_2keys(const float* q, int64_t qs, const void* k0, const void* k1,
+                               int64_t len, float* s0, float* s1, int64_t ss) {
+  const DF df;
+  const int64_t N = lanes();
+  VF acc[4][2];
+  for (int i = 0; i < 4; ++i) acc[i][0] = acc[i][1] = hn::Zero(df);
+  for (int64_t x = 0; x < len; x += 2 * N) {
+    VF ae, ao, be, bo;
+    load_pair(k0, x, ae, ao);
+    load_pair(k1, x, be, bo);
+    for (int i = 0; i < 4; ++i) {
+      VF qe = hn::LoadU(df, q + i * qs + x), qo = hn::LoadU(df, q + i * qs + x + N);
+      pin_register(qe);
+      pin_register(qo);
+      acc[i][0] = hn::MulAdd(qo, ao, hn::MulAdd(qe, ae, acc[i][0]));
+      acc[i][1] = hn::MulAdd(qo, bo, hn::MulAdd(qe, be, acc[i][1]));
+    }
+  }
+  float t[4];
+  sum4(acc[0][0], acc[1][0], acc[2][0], acc[3][0], t);
+  for (int i = 0; i < 4; ++i) s0[i * ss] = t[i];
+  sum4(acc[0][1], acc[1][1], acc[2][1], acc[3][1], t);
+  for (int i = 0; i < 4; ++i) s1[i * ss] = t[i];
+}
+
 // Scores of a whole tile for all `heads` KV heads of a task (bf16 pairs, rows per head a
-// multiple of 4), walked key by key and, within a key, head by head: with the heads of a slot
-// adjacent in memory ([pages, P, H, D]) the K rows are read in address order. Head g's rows are
-// q + g · head_rows · qs, its K row of key j at k[j] + g · k_head_bytes, its scores at
-// s + (g · head_rows + i) · srow + j · skey. `next` (the next tile's rows) takes a step of
-// `heads` rows per key.
+// multiple of 4), walked two keys at a time and, within a pair, head by head (each group of 4
+// q rows scored against both keys' rows of its head at once, dot_rows_2keys); with the heads of
+// a slot adjacent in memory ([pages, P, H, D]) the K rows are read as two address-ordered runs.
+// Head g's rows are q + g · head_rows · qs, its K row of key j at k[j] + g · k_head_bytes, its
+// scores at s + (g · head_rows + i) · srow + j · skey. `next` (the next tile's rows) takes
+// `heads` rows per key, spread over the pair's groups. An odd last key goes alone.
 inline void scores_tile_pairs(const float* q, int64_t qs, int64_t head_rows, int64_t heads, Rows k,
                               int64_t k_head_bytes, int64_t len, int64_t j0, int64_t j1, float* s,
                               int64_t srow, int64_t skey, NextRows& next) {
-  // Pair c of a key scores rows 4c..4c+3 (head c / groups) against that head's K row; a key's
-  // pairs go in blocks of 3 (then 2 or 1).
   const int64_t groups = head_rows / 4, per_key = heads * groups;
   const int64_t q_step = 4 * qs, s_step = 4 * srow;
-  for (int64_t j = j0; j < j1; ++j) {
-    next.step(heads);
-    const float* qn = q;
-    const char* kn = static_cast<const char*>(k[j]);
-    float* sn = s + j * skey;
-    int64_t rg = 0;
-    auto pair = [&](const float*& qc, const void*& kc, float*& sc) {
-      qc = qn;
-      kc = kn;
-      sc = sn;
-      qn += q_step;
-      sn += s_step;
-      if (++rg == groups) {
-        rg = 0;
-        kn += k_head_bytes;
-      }
-    };
-    const float* qc[3];
-    const void* kc[3];
-    float* sc[3];
-    int64_t c = 0;
-    for (; c + 3 <= per_key; c += 3) {
-      for (int i = 0; i < 3; ++i) pair(qc[i], kc[i], sc[i]);
-      dot_block_pairs<3>(qc, qs, kc, len, sc, srow);
+  int64_t j = j0;
+  for (; j + 2 <= j1; j += 2) {
+    const char* ka = static_cast<const char*>(k[j]);
+    const char* kb = static_cast<const char*>(k[j + 1]);
+    for (int64_t c = 0; c < per_key; ++c) {
+      next.step(2 * heads * (c + 1) / per_key - 2 * heads * c / per_key);
+      const int64_t kh = c / groups * k_head_bytes;
+      float* sc = s + c * s_step + j * skey;
+      dot_rows_2keys(q + c * q_step, qs, ka + kh, kb + kh, len, sc, sc + skey, srow);
     }
-    if (per_key - c == 2) {
-      for (int i = 0; i < 2; ++i) pair(qc[i], kc[i], sc[i]);
-      dot_block_pairs<2>(qc, qs, kc, len, sc, srow);
-    } else if (per_key - c == 1) {
-      pair(qc[0], kc[0], sc[0]);
-      dot_block_pairs<1>(qc, qs, kc, len, sc, srow);
+  }
+  if (j == j1) return;
+  // The odd key: its pairs (rows of group c against their head's row) in blocks of 3.
+  next.step(heads);
+  const float* qn = q;
+  const char* kn = static_cast<const char*>(k[j]);
+  float* sn = s + j * skey;
+  int64_t rg = 0;
+  auto pair = [&](const float*& qc, const void*& kc, float*& sc) {
+    qc = qn;
+    kc = kn;
+    sc = sn;
+    qn += q_step;
+    sn += s_step;
+    if (++rg == groups) {
+      rg = 0;
+      kn += k_head_bytes;
     }
+  };
+  const float* qc[3];
+  const void* kc[3];
+  float* sc[3];
+  int64_t c = 0;
+  for (; c + 3 <= per_key; c += 3) {
+    for (int i = 0; i < 3; ++i) pair(qc[i], kc[i], sc[i]);
+    dot_block_pairs<3>(qc, qs, kc, len, sc, srow);
+  }
+  if (per_key - c == 2) {
+    for (int i = 0; i < 2; ++i) pair(qc[i], kc[i], sc[i]);
+    dot_block_pairs<2>(qc, qs, kc, len, sc, srow);
+  } else if (per_key - c == 1) {
+    pair(qc[0], kc[0], sc[0]);
+    dot_block_pairs<1>(qc, qs, kc, len, sc, srow);
   }
 }
 

@@ -44,6 +44,15 @@ HWY_INLINE void in_register(VF& v) {
   (void)v;
 }
 
+// Pins v to a register on every x86 target, for blocks small enough to hold it with 16
+// registers (in_register leaves AVX2 alone).
+HWY_INLINE void pin_register(VF& v) {
+#if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
+  asm("" : "+v"(v.raw));
+#endif
+  (void)v;
+}
+
 // Converts n elements at `src` (any cache/activation dtype) to fp32 and zero-fills to `padded`.
 inline void convert_row(const void* src, DType dt, int64_t n, int64_t padded, float* dst) {
   const DF df;
