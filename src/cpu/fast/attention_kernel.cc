@@ -169,7 +169,8 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
   const bool pairs = (direct && bf16_pairs && a.head_dim % (2 * N) == 0) || wide_pairs;
   const bool in_place = direct || wide_pairs;  // else K/V rows are converted to fp32 tiles
   // Decode over bf16 pairs with whole groups of 4 rows: a tile's scores for all the task's KV
-  // heads in one pass, two keys at a time (scores_tile_pairs), then softmax and P·V (pv_tile_pairs).
+  // heads in one pass, two keys at a time (scores_tile_pairs), then softmax and P·V
+  // (pv_tile_pairs).
   const bool tile_scores = direct && pairs && head_rows % 4 == 0;
   if (pairs && direct)
     for (int64_t r = 0; r < rows; ++r) permute_pairs(sc.q.data() + r * qs, a.head_dim, true);
