@@ -3,6 +3,7 @@
 // first half, K's second half, V's first half, V's second half), and nothing past the tile.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <random>
 #include <tuple>
@@ -66,6 +67,21 @@ TEST(NextRows, EveryRowOnceInTurns) {
             EXPECT_EQ(seen[at], std::make_tuple(run >= 2, key, g)) << what << " slot " << at;
             ++at;
           }
+    }
+}
+
+TEST(NextRows, EvenShareAddsUpAndDiffersByAtMostOne) {
+  for (int64_t n : {0, 1, 7, 16, 31, 64, 256})
+    for (int64_t steps : {1, 2, 3, 8, 13, 64}) {
+      int64_t sum = 0, lo = n, hi = 0;
+      for (int64_t c = 0; c < steps; ++c) {
+        const int64_t m = even_share(n, c, steps);
+        sum += m;
+        lo = std::min(lo, m);
+        hi = std::max(hi, m);
+      }
+      EXPECT_EQ(sum, n) << n << " over " << steps;
+      EXPECT_LE(hi - lo, 1) << n << " over " << steps;
     }
 }
 

@@ -127,7 +127,7 @@ FLASHBACK_AMX_TARGET void scores_tile(const uint16_t* qb, int64_t heads, int64_t
       _tile_zero(0);
       const int64_t n = hi - lo;  // rows of K this head's steps consume, prefetched in step
       for (int64_t c = 0; c < steps; ++c) {
-        const int64_t m = n * (c + 1) / steps - n * c / steps;
+        const int64_t m = even_share(n, c, steps);
         next->step(m / 2);
         _tile_loadd(1, ag + c * 64, a.stride);
         _tile_loadd(2, bg + c * b_step, b_stride);
@@ -220,7 +220,7 @@ FLASHBACK_AMX_TARGET void pv_tile(const float* st, int64_t ra, int64_t head_rows
   // burst of 32 rows at once, 128 lines, queued the loads behind them).
   int64_t load = 0;
   const auto step = [&] {
-    next->step(rows * (load + 1) / loads - rows * load / loads);
+    next->step(even_share(rows, load, loads));
     ++load;
   };
   for (int64_t b0 = 0; b0 < dv / 32; b0 += 4) {

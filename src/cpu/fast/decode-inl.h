@@ -141,7 +141,7 @@ inline void scores_tile_pairs(const float* q, int64_t qs, int64_t head_rows, int
     const char* ka = static_cast<const char*>(k[j]);
     const char* kb = static_cast<const char*>(k[j + 1]);
     for (int64_t c = 0; c < per_key; ++c) {
-      next.step(2 * heads * (c + 1) / per_key - 2 * heads * c / per_key);
+      next.step(even_share(2 * heads, c, per_key));
       const int64_t kh = c / groups * k_head_bytes;
       float* sc = s + c * s_step + j * skey;
       dot_rows_2keys(q + c * q_step, qs, ka + kh, kb + kh, len, sc, sc + skey, srow);

@@ -7,6 +7,12 @@
 
 namespace flashback::cpu_fast {
 
+/// Step c's share (c = 0 .. steps - 1) of `n` prefetch slots spread evenly over `steps` steps:
+/// the shares add up to n and differ by at most one. The kernels pace the stream with it.
+inline int64_t even_share(int64_t n, int64_t c, int64_t steps) {
+  return n * (c + 1) / steps - n * c / steps;
+}
+
 /// The next tile's rows (key i of head g at k[i] + g · k_head_bytes, V likewise), prefetched
 /// into L2 in step with this tile's work: the kernels call step() with the rows they consume,
 /// so the stream runs a tile ahead at the rate the data is used (one burst per tile, or per
