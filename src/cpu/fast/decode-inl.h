@@ -68,37 +68,31 @@ HWY_INLINE void dot_block(const float* q, int64_t qs, Rows k, int64_t len, float
   store_sums<R, K>(acc, s, ss);
 }
 
-// S = q · k for 4 rows × C (q rows, key row) pairs, bf16 pairs: pair c scores rows q[c] + i · qs
-// (i < 4) against the key row k[c] into s[c] + i · ss. Each accumulator sees the MulAdd sequence
-// of dot_block<4, K, Bf16Pairs> and the same lane sums, so a score has the same bits whichever
-// pairs share a block.
-template <int C>
-HWY_INLINE void dot_block_pairs(const float* const* q, int64_t qs, const void* const* k,
-                                int64_t len, float* const* s, int64_t ss) {
+// S = q · k for the 4 rows at q (stride qs) against one key's row k (bf16 pairs), into
+// s[i · ss]. Each accumulator sees the MulAdd sequence of dot_block<4, K, Bf16Pairs> and the same
+// lane sums, so a score has the same bits whichever keys share a block.
+HWY_INLINE void dot_rows_1key(const float* q, int64_t qs, const void* k, int64_t len, float* s,
+                              int64_t ss) {
   const DF df;
   const int64_t N = lanes();
-  VF acc[4][C];
-  for (int i = 0; i < 4; ++i)
-    for (int c = 0; c < C; ++c) acc[i][c] = hn::Zero(df);
-  for (int64_t x = 0; x < len; x += 2 * N)
-    for (int c = 0; c < C; ++c) {
-      VF ke, ko;
-      load_pair(k[c], x, ke, ko);
-      for (int i = 0; i < 4; ++i)
-        acc[i][c] = hn::MulAdd(hn::LoadU(df, q[c] + i * qs + x + N), ko,
-                               hn::MulAdd(hn::LoadU(df, q[c] + i * qs + x), ke, acc[i][c]));
-    }
-  float t[4];
-  for (int c = 0; c < C; ++c) {
-    sum4(acc[0][c], acc[1][c], acc[2][c], acc[3][c], t);
-    for (int i = 0; i < 4; ++i) s[c][i * ss] = t[i];
+  VF acc[4];
+  for (int i = 0; i < 4; ++i) acc[i] = hn::Zero(df);
+  for (int64_t x = 0; x < len; x += 2 * N) {
+    VF ke, ko;
+    load_pair(k, x, ke, ko);
+    for (int i = 0; i < 4; ++i)
+      acc[i] = hn::MulAdd(hn::LoadU(df, q + i * qs + x + N), ko,
+                          hn::MulAdd(hn::LoadU(df, q + i * qs + x), ke, acc[i]));
   }
+  float t[4];
+  sum4(acc[0], acc[1], acc[2], acc[3], t);
+  for (int i = 0; i < 4; ++i) s[i * ss] = t[i];
 }
 
 // S = q · k for the 4 rows at q (stride qs) against two keys' rows k0 and k1 (bf16 pairs), into
-// s0[i · ss] and s1[i · ss]: each loaded q vector serves both keys (half the q loads of
-// dot_block_pairs, whose MulAdd sequence and lane sums each accumulator repeats, so a score has
-// the same bits either way). 8 accumulators, 4 key and 2 q vectors: fits 16 registers.
+// s0[i · ss] and s1[i · ss]: each loaded q vector serves both keys (dot_rows_1key twice loads
+// q twice; each accumulator repeats its MulAdd sequence and lane sums, so a score has the same
+// bits either way). 8 accumulators, 4 key and 2 q vectors: fits 16 registers.
 HWY_INLINE void dot_rows_2keys(const float* q, int64_t qs, const void* k0, const void* k1,
                                int64_t len, float* s0, float* s1, int64_t ss) {
   const DF df;
@@ -148,38 +142,11 @@ inline void scores_tile_pairs(const float* q, int64_t qs, int64_t head_rows, int
     }
   }
   if (j == j1) return;
-  // The odd key: its pairs (rows of group c against their head's row) in blocks of 3.
+  // The odd key: each group's rows against its head's row alone.
   next.step(heads);
-  const float* qn = q;
-  const char* kn = static_cast<const char*>(k[j]);
-  float* sn = s + j * skey;
-  int64_t rg = 0;
-  auto pair = [&](const float*& qc, const void*& kc, float*& sc) {
-    qc = qn;
-    kc = kn;
-    sc = sn;
-    qn += q_step;
-    sn += s_step;
-    if (++rg == groups) {
-      rg = 0;
-      kn += k_head_bytes;
-    }
-  };
-  const float* qc[3];
-  const void* kc[3];
-  float* sc[3];
-  int64_t c = 0;
-  for (; c + 3 <= per_key; c += 3) {
-    for (int i = 0; i < 3; ++i) pair(qc[i], kc[i], sc[i]);
-    dot_block_pairs<3>(qc, qs, kc, len, sc, srow);
-  }
-  if (per_key - c == 2) {
-    for (int i = 0; i < 2; ++i) pair(qc[i], kc[i], sc[i]);
-    dot_block_pairs<2>(qc, qs, kc, len, sc, srow);
-  } else if (per_key - c == 1) {
-    pair(qc[0], kc[0], sc[0]);
-    dot_block_pairs<1>(qc, qs, kc, len, sc, srow);
-  }
+  for (int64_t c = 0; c < per_key; ++c)
+    dot_rows_1key(q + c * q_step, qs, static_cast<const char*>(k[j]) + c / groups * k_head_bytes,
+                  len, s + c * s_step + j * skey, srow);
 }
 
 // Scores of `rows` rows against tile keys [j0, j1) (key j's row at k[j]); the next tile's rows

@@ -33,24 +33,19 @@ HWY_INLINE int64_t lanes() { return static_cast<int64_t>(hn::Lanes(DF())); }
 // and SSE4 have 16, where those blocks would spill.
 inline constexpr bool kWideRegs = !HWY_ARCH_X86 || HWY_TARGET <= HWY_AVX3;
 
-// Pins v to a register where kWideRegs: GCC folds a vector reused by several FMAs into each of
-// them as a memory operand, one load per FMA, and a register-blocked loop then waits on the
-// load ports (two 512-bit loads a cycle) instead of the FMA pipes. With 16 registers the folded
-// loads are what keeps the block from spilling, so there it does nothing.
-HWY_INLINE void in_register(VF& v) {
-#if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
-  if constexpr (kWideRegs) asm("" : "+v"(v.raw));
-#endif
-  (void)v;
-}
-
-// Pins v to a register on every x86 target, for blocks small enough to hold it with 16
-// registers (in_register leaves AVX2 alone).
+// Pins v to a register (x86): GCC folds a vector reused by several FMAs into each of them as a
+// memory operand, one load per FMA, and a register-blocked loop then waits on the load ports
+// instead of the FMA pipes. For blocks that fit 16 registers.
 HWY_INLINE void pin_register(VF& v) {
 #if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
   asm("" : "+v"(v.raw));
 #endif
   (void)v;
+}
+// pin_register where kWideRegs only, for the larger blocks: with 16 registers their folded loads
+// are what keeps them from spilling.
+HWY_INLINE void in_register(VF& v) {
+  if constexpr (kWideRegs) pin_register(v);
 }
 
 // Converts n elements at `src` (any cache/activation dtype) to fp32 and zero-fills to `padded`.
