@@ -126,9 +126,10 @@ HWY_INLINE void dot_rows_2keys(const float* q, int64_t qs, const void* k0, const
 // scores at s + (g · head_rows + i) · srow + j · skey. `next` (the next tile's rows) takes
 // `heads` rows per key, spread over the pair's groups. An odd last key goes alone. Out of line:
 // inlined into RunSplits (as GCC 12 did once the function shrank) decode ran 2-4 % slower.
-HWY_NOINLINE void scores_tile_pairs(const float* q, int64_t qs, int64_t head_rows, int64_t heads, Rows k,
-                              int64_t k_head_bytes, int64_t len, int64_t j0, int64_t j1, float* s,
-                              int64_t srow, int64_t skey, NextRows& next) {
+HWY_NOINLINE void scores_tile_pairs(const float* q, int64_t qs, int64_t head_rows, int64_t heads,
+                                    Rows k, int64_t k_head_bytes, int64_t len, int64_t j0,
+                                    int64_t j1, float* s, int64_t srow, int64_t skey,
+                                    NextRows& next) {
   const int64_t groups = head_rows / 4, per_key = heads * groups;
   const int64_t q_step = 4 * qs, s_step = 4 * srow;
   int64_t j = j0;
