@@ -285,12 +285,14 @@ void accumulate(const float* p, int64_t pkey, int64_t rows, Rows v, int64_t j0, 
 // accumulate<Bf16Pairs>, so the results are the same bits. Head by head over the whole tile
 // instead, a head's 32 V rows, 2 KB apart, fall in two L1 sets per line column, each line was
 // fetched twice, and decode ran 0-5 % slower from DRAM on a Zen 3 host (both builds timed in
-// one process; PERFORMANCE_CPU.md, session 37). `next` takes an even share of its remaining slots
-// before each (block, head).
+// one process; PERFORMANCE_CPU.md, session 37). Blocks of 8 keys: O goes through L1 half as
+// often as with 4 (2-6 % less time in cache, equal to 1 % less from DRAM on a Zen 3 host;
+// blocks of 16 were 5-8 % slower from DRAM; session 39). `next` takes an even share of its
+// remaining slots before each (block, head).
 inline void pv_tile_pairs(const float* p, int64_t ra, int64_t head_rows, int64_t heads, Rows v,
                           int64_t v_head_bytes, int64_t j0, int64_t j1, float* o, int64_t os,
                           int64_t len, NextRows& next) {
-  constexpr int64_t kKeyBlock = 4;
+  constexpr int64_t kKeyBlock = 8;
   const int64_t N = lanes();
   const int64_t steps = (j1 - j0 + kKeyBlock - 1) / kKeyBlock * heads;
   const int64_t per = (next.slots() - next.at + steps - 1) / steps;
