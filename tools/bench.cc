@@ -147,6 +147,11 @@ int run_bench(int argc, char** argv) {
     ++index;
     current = w.name;
     const bench::Cost cost = bench::cost(w);
+    if (probe) {  // passes of the workload's own ceiling among its runs (%win)
+      const bool compute = bench::compute_bound(cost, ceil);
+      opt.read_probe = compute ? nullptr : probe.get();
+      opt.peak_passes = compute;
+    }
     try {
       const bench::Timing t = gpu ? bench::time_cuda(w, opt) : bench::time_cpu(w, opt);
       rows.push_back(bench::make_row(w.name, cost, t, ceil));

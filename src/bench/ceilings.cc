@@ -106,18 +106,20 @@ FmaKernel pick_fma() {
   return {fma_loop_generic, "4-wide multiply-add"};
 }
 
+double fma_pass(int threads, const FmaKernel& k) {
+  double flops = 0;
+  float sink = 0;
+  const double t0 = now_s();
+#pragma omp parallel num_threads(threads) reduction(+ : flops, sink)
+  { flops += k.fn(&sink); }
+  const double dt = now_s() - t0;
+  if (sink == 12345.f) flops += 1;  // keeps the result observable
+  return flops / dt / 1e12;
+}
+
 double measure_fma_TFLOPs(int threads, const FmaKernel& k) {
   double best = 0;
-  for (int pass = 0; pass < 3; ++pass) {
-    double flops = 0;
-    float sink = 0;
-    const double t0 = now_s();
-#pragma omp parallel num_threads(threads) reduction(+ : flops, sink)
-    { flops += k.fn(&sink); }
-    const double dt = now_s() - t0;
-    if (sink == 12345.f) flops += 1;  // keeps the result observable
-    best = std::max(best, flops / dt / 1e12);
-  }
+  for (int pass = 0; pass < 3; ++pass) best = std::max(best, fma_pass(threads, k));
   return best;
 }
 
@@ -149,6 +151,10 @@ double ReadProbe::pass_TBps() {
   const double dt = now_s() - t0;
   sink = sink + total;
   return static_cast<double>(bytes_) / dt / 1e12;
+}
+
+double fma_pass_TFLOPs(int threads) {
+  return fma_pass(threads > 0 ? threads : omp_get_max_threads(), pick_fma());
 }
 
 int64_t cpu_llc_bytes() {

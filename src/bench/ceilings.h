@@ -32,6 +32,11 @@ class ReadProbe {
   std::unique_ptr<uint64_t, void (*)(void*)> buf_;
 };
 
+/// One pass of the FMA peak's kernel (measure_cpu_ceilings) with `threads` threads (0 = all), in
+/// TFLOP/s, ~40 ms: the bench runs it among a compute-bound workload's timed runs
+/// (RunOptions::peak_passes), as ReadProbe's passes among a memory-bound one's.
+double fma_pass_TFLOPs(int threads);
+
 /// Largest CPU cache (the LLC) in bytes, from sysfs; a conservative 64 MiB when unknown.
 int64_t cpu_llc_bytes();
 

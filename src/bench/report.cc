@@ -11,6 +11,12 @@ namespace flashback::bench {
 
 std::string build_commit() { return FLASHBACK_GIT_COMMIT; }
 
+bool compute_bound(const Cost& cost, const Ceilings& c) {
+  const double ridge = c.read_TBps > 0 ? c.peak_TFLOPs / c.read_TBps : 0;  // FLOP per byte
+  const double intensity = cost.bytes > 0 ? static_cast<double>(cost.flops) / cost.bytes : 1e30;
+  return !(intensity < ridge || c.peak_TFLOPs <= 0);
+}
+
 Row make_row(const std::string& name, const Cost& cost, const Timing& t, const Ceilings& c) {
   Row r;
   r.workload = name;
@@ -21,15 +27,14 @@ Row make_row(const std::string& name, const Cost& cost, const Timing& t, const C
     r.TBps = static_cast<double>(cost.bytes) / t.median_ms / 1e9;
     r.TFLOPs = static_cast<double>(cost.flops) / t.median_ms / 1e9;
   }
-  const double ridge = c.read_TBps > 0 ? c.peak_TFLOPs / c.read_TBps : 0;  // FLOP per byte
-  const double intensity = cost.bytes > 0 ? static_cast<double>(cost.flops) / cost.bytes : 1e30;
-  if (intensity < ridge || c.peak_TFLOPs <= 0) {
+  if (!compute_bound(cost, c)) {
     r.bound = "memory";
     r.pct = c.read_TBps > 0 ? 100.0 * r.TBps / c.read_TBps : 0;
     if (t.window_read_TBps > 0) r.pct_window = 100.0 * r.TBps / t.window_read_TBps;
   } else {
     r.bound = "compute";
     r.pct = 100.0 * r.TFLOPs / c.peak_TFLOPs;
+    if (t.window_peak_TFLOPs > 0) r.pct_window = 100.0 * r.TFLOPs / t.window_peak_TFLOPs;
   }
   return r;
 }
@@ -57,7 +62,8 @@ void print_table(std::ostream& os, const RunInfo& info, const Ceilings& c,
   std::snprintf(line, sizeof line, "# ceilings: read %.4g TB/s (%s); peak %.4g TFLOP/s (%s)\n",
                 c.read_TBps, c.read_method.c_str(), c.peak_TFLOPs, c.peak_method.c_str());
   os << line;
-  // %win: memory-bound CPU rows against the best read pass run among their own timed runs.
+  // %win: CPU rows against the best read pass (memory-bound) or FMA pass (compute-bound) run
+  // among their own timed runs.
   bool window = false;
   for (const Row& r : rows) window = window || r.pct_window > 0;
   std::snprintf(line, sizeof line, "%-26s %10s %10s %10s %8s %7s %5s %4s%s\n", "workload", "ms",
@@ -121,7 +127,10 @@ std::string to_json(const RunInfo& info, const Ceilings& c, const std::vector<Ro
                   {"bound", r.bound},
                   {"pct_of_ceiling", r.pct}});
     if (r.pct_window > 0) {
-      ok.back()["window_read_TBps"] = r.timing.window_read_TBps;
+      if (r.bound == "memory")
+        ok.back()["window_read_TBps"] = r.timing.window_read_TBps;
+      else
+        ok.back()["window_peak_TFLOPs"] = r.timing.window_peak_TFLOPs;
       ok.back()["pct_of_window_ceiling"] = r.pct_window;
     }
   }

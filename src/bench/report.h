@@ -19,8 +19,9 @@ struct Row {
   double TBps = 0, TFLOPs = 0;
   std::string bound;  // "memory" or "compute": the ceiling this workload is judged against
   double pct = 0;     // % of that ceiling
-  // Memory-bound rows timed with read passes among their runs: % of the best of those passes
-  // (the read bandwidth of the same minutes; 0 when not measured).
+  // CPU rows timed with passes of their ceiling among their runs (read passes: memory-bound;
+  // FMA passes: compute-bound): % of the best of those passes (the ceiling of the same minutes;
+  // 0 when not measured).
   double pct_window = 0;
   std::string error;  // non-empty: the workload could not run (the reason)
 };
@@ -28,6 +29,10 @@ struct Row {
 /// Fills TBps, TFLOPs, bound and pct from cost and timing. A workload is memory-bound when its
 /// arithmetic intensity (FLOPs per byte) is below the ridge point peak / bandwidth.
 Row make_row(const std::string& name, const Cost& cost, const Timing& t, const Ceilings& c);
+
+/// Whether a workload of this cost is compute-bound against these ceilings (its FLOPs per byte
+/// at or past the ridge point), as make_row sets Row::bound.
+bool compute_bound(const Cost& cost, const Ceilings& c);
 
 /// The commit this build was configured from (`git describe --always --dirty`).
 std::string build_commit();

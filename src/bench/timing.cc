@@ -60,9 +60,10 @@ Timing time_cpu(const Workload& w, const RunOptions& o) {
   for (size_t i = 0; i < std::min<size_t>(copies.size(), 3); ++i) warm = run(copies[i]);
   const int runs = runs_for(warm, o);
   std::vector<double> ms;
-  double window = 0;
+  double window = 0, window_peak = 0;
   auto read_pass = [&] {
     if (o.read_probe) window = std::max(window, o.read_probe->pass_TBps());
+    if (o.peak_passes) window_peak = std::max(window_peak, fma_pass_TFLOPs(o.threads));
   };
   read_pass();
   for (int r = 0; r < runs; ++r) {
@@ -72,6 +73,7 @@ Timing time_cpu(const Workload& w, const RunOptions& o) {
   }
   Timing t;
   t.window_read_TBps = window;
+  t.window_peak_TFLOPs = window_peak;
   t.median_ms = median(ms);
   t.min_ms = *std::min_element(ms.begin(), ms.end());
   t.runs = runs;

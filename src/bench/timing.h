@@ -24,6 +24,8 @@ struct RunOptions {
   // CPU: a read pass before the timed runs, after every fourth and after the last, its best
   // kept as Timing::window_read_TBps (null: none).
   ReadProbe* read_probe = nullptr;
+  // CPU: likewise an FMA pass (fma_pass_TFLOPs), its best kept as Timing::window_peak_TFLOPs.
+  bool peak_passes = false;
   // CPU: time one input copy over and over (K/V stay cached where they fit): compute time alone.
   bool in_cache = false;
 };
@@ -31,7 +33,8 @@ struct RunOptions {
 struct Timing {
   double median_ms = 0, min_ms = 0;
   int runs = 0, copies = 0;
-  double window_read_TBps = 0;  // best read pass among the runs (RunOptions::read_probe), or 0
+  double window_read_TBps = 0;    // best read pass among the runs (RunOptions::read_probe), or 0
+  double window_peak_TFLOPs = 0;  // best FMA pass among the runs (RunOptions::peak_passes), or 0
 };
 
 /// Median of `samples` (not empty).

@@ -28,7 +28,7 @@ TEST(Report, MemoryBoundRow) {
   EXPECT_DOUBLE_EQ(r.pct, 50.0);
 }
 
-TEST(Report, WindowCeilingOnMemoryBoundRowsOnly) {
+TEST(Report, WindowCeilingIsEachRowsOwnCeiling) {
   Timing t;
   t.median_ms = 2.0;
   t.window_read_TBps = 0.8;  // the read passes among the runs
@@ -38,20 +38,34 @@ TEST(Report, WindowCeilingOnMemoryBoundRowsOnly) {
   t.median_ms = 20.0;
   const Row c = make_row("c", Cost{1'000'000'000, 100'000'000'000}, t, ceilings());
   EXPECT_EQ(c.bound, "compute");
-  EXPECT_DOUBLE_EQ(c.pct_window, 0.0);
+  EXPECT_DOUBLE_EQ(c.pct_window, 0.0);  // read passes do not judge a compute-bound row
+  t.window_peak_TFLOPs = 8.0;           // the FMA passes among the runs
+  const Row cw = make_row("cw", Cost{1'000'000'000, 100'000'000'000}, t, ceilings());
+  EXPECT_DOUBLE_EQ(cw.pct, 50.0);
+  EXPECT_DOUBLE_EQ(cw.pct_window, 62.5);  // 5 of 8 TFLOP/s
+  t.median_ms = 2.0;
+  t.window_read_TBps = 0;  // FMA passes do not judge a memory-bound row
+  EXPECT_DOUBLE_EQ(make_row("m2", Cost{1'000'000'000, 2'000'000'000}, t, ceilings()).pct_window,
+                   0.0);
+  EXPECT_FALSE(compute_bound(Cost{1'000'000'000, 2'000'000'000}, ceilings()));
+  EXPECT_TRUE(compute_bound(Cost{1'000'000'000, 10'000'000'000}, ceilings()));  // at the ridge
 
   RunInfo info;
   info.device_kind = "cpu";
   info.in_cache = true;
   std::ostringstream table;
-  print_table(table, info, ceilings(), {m, c});
+  print_table(table, info, ceilings(), {m, c, cw});
   EXPECT_NE(table.str().find("in-cache (one input copy"), std::string::npos) << table.str();
   EXPECT_NE(table.str().find("%win"), std::string::npos) << table.str();
   EXPECT_NE(table.str().find("62.5%"), std::string::npos) << table.str();
-  const auto doc = nlohmann::json::parse(to_json(info, ceilings(), {m, c}));
+  const auto doc = nlohmann::json::parse(to_json(info, ceilings(), {m, c, cw}));
   EXPECT_DOUBLE_EQ(doc["rows"][0]["window_read_TBps"].get<double>(), 0.8);
   EXPECT_DOUBLE_EQ(doc["rows"][0]["pct_of_window_ceiling"].get<double>(), 62.5);
+  EXPECT_FALSE(doc["rows"][0].contains("window_peak_TFLOPs"));
   EXPECT_FALSE(doc["rows"][1].contains("pct_of_window_ceiling"));
+  EXPECT_DOUBLE_EQ(doc["rows"][2]["window_peak_TFLOPs"].get<double>(), 8.0);
+  EXPECT_DOUBLE_EQ(doc["rows"][2]["pct_of_window_ceiling"].get<double>(), 62.5);
+  EXPECT_FALSE(doc["rows"][2].contains("window_read_TBps"));
   EXPECT_TRUE(doc["in_cache"].get<bool>());
 }
 
