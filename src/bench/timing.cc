@@ -61,15 +61,15 @@ Timing time_cpu(const Workload& w, const RunOptions& o) {
   const int runs = runs_for(warm, o);
   std::vector<double> ms;
   double window = 0, window_peak = 0;
-  auto read_pass = [&] {
+  auto ceiling_pass = [&] {  // the passes of RunOptions::read_probe / peak_passes
     if (o.read_probe) window = std::max(window, o.read_probe->pass_TBps());
     if (o.peak_passes) window_peak = std::max(window_peak, fma_pass_TFLOPs(o.threads));
   };
-  read_pass();
+  ceiling_pass();
   for (int r = 0; r < runs; ++r) {
     if (r % 8 == 0) say("run " + std::to_string(r + 1) + "/" + std::to_string(runs));
     ms.push_back(1e3 * run(copies[static_cast<size_t>(r) % copies.size()]));
-    if (r % 4 == 3 || r == runs - 1) read_pass();
+    if (r % 4 == 3 || r == runs - 1) ceiling_pass();
   }
   Timing t;
   t.window_read_TBps = window;
