@@ -14,7 +14,7 @@ std::string build_commit() { return FLASHBACK_GIT_COMMIT; }
 bool compute_bound(const Cost& cost, const Ceilings& c) {
   const double ridge = c.read_TBps > 0 ? c.peak_TFLOPs / c.read_TBps : 0;  // FLOP per byte
   const double intensity = cost.bytes > 0 ? static_cast<double>(cost.flops) / cost.bytes : 1e30;
-  return !(intensity < ridge || c.peak_TFLOPs <= 0);
+  return c.peak_TFLOPs > 0 && intensity >= ridge;
 }
 
 Row make_row(const std::string& name, const Cost& cost, const Timing& t, const Ceilings& c) {

@@ -60,9 +60,9 @@ Timing time_cpu(const Workload& w, const RunOptions& o) {
   for (size_t i = 0; i < std::min<size_t>(copies.size(), 3); ++i) warm = run(copies[i]);
   const int runs = runs_for(warm, o);
   std::vector<double> ms;
-  double window = 0, window_peak = 0;
+  double window_read = 0, window_peak = 0;
   auto ceiling_pass = [&] {  // the passes of RunOptions::read_probe / peak_passes
-    if (o.read_probe) window = std::max(window, o.read_probe->pass_TBps());
+    if (o.read_probe) window_read = std::max(window_read, o.read_probe->pass_TBps());
     if (o.peak_passes) window_peak = std::max(window_peak, fma_pass_TFLOPs(o.threads));
   };
   ceiling_pass();
@@ -72,7 +72,7 @@ Timing time_cpu(const Workload& w, const RunOptions& o) {
     if (r % 4 == 3 || r == runs - 1) ceiling_pass();
   }
   Timing t;
-  t.window_read_TBps = window;
+  t.window_read_TBps = window_read;
   t.window_peak_TFLOPs = window_peak;
   t.median_ms = median(ms);
   t.min_ms = *std::min_element(ms.begin(), ms.end());
