@@ -27,6 +27,7 @@ TEST(NextRows, EveryRowOnceInTurns) {
         k[static_cast<size_t>(i)] = base + i * kKeyBytes;
         v[static_cast<size_t>(i)] = base + kVBase + i * kKeyBytes;
       }
+      std::vector<const char*> list(static_cast<size_t>(NextRows::slots_for(n, heads)));
       NextRows s{reinterpret_cast<const void* const*>(k.data()),
                  reinterpret_cast<const void* const*>(v.data()),
                  n,
@@ -34,7 +35,8 @@ TEST(NextRows, EveryRowOnceInTurns) {
                  kHeadBytes,
                  kHeadBytes,
                  128,
-                 192};
+                 192,
+                 list.data()};
       std::vector<std::tuple<bool, int64_t, int64_t>> seen;  // (is V, key, head)
       auto record = [&](const char* row, int64_t bytes) {
         const int64_t off = row - base;

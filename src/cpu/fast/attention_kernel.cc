@@ -31,6 +31,7 @@ struct Scratch {
   // Row pointers of tile key j: in place at [j] (see Rows), fp32 tiles of KV head gi at
   // [gi · kTileKeys + j]; pk/pv: the next tile's rows, in place.
   std::vector<const void*> kp, vp, pk, pv;
+  std::vector<const char*> next_list;  // the next tile's rows in prefetch order (NextRows)
   LineVector<float> qt, st, wm, row_lo, row_hi;     // transposed (wide) path
   LineVector<uint16_t> qb, kstage, vstage, pstage;  // AMX (amx.h): packed q, staged K, V, P
   LineVector<float> row_scale;
@@ -223,6 +224,7 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
     }
   }
   for (auto* p : {&sc.kp, &sc.vp, &sc.pk, &sc.pv}) p->resize(static_cast<size_t>(t.ng * kTileKeys));
+  sc.next_list.resize(static_cast<size_t>(NextRows::slots_for(kTileKeys, t.ng)));
   const void** kp = sc.kp.data();
   const void** vp = sc.vp.data();
   float* part = sc.part.data();
@@ -317,11 +319,25 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
         // The next tile's K and V stream into L2 over this tile's scores and P·V (NextRows);
         // the range's first tile, which no tile before it prefetched, is fetched at once.
         if (first_of_range)
-          NextRows{kp + j0,        vp + j0,        j1 - j0,          t.ng,
-                   a.k_head * esz, a.v_head * esz, a.head_dim * esz, a.head_dim_v * esz}
+          NextRows{kp + j0,
+                   vp + j0,
+                   j1 - j0,
+                   t.ng,
+                   a.k_head * esz,
+                   a.v_head * esz,
+                   a.head_dim * esz,
+                   a.head_dim_v * esz,
+                   sc.next_list.data()}
               .finish();
-        NextRows next{sc.pk.data(),     sc.pv.data(),      nn, t.ng, a.k_head * esz, a.v_head * esz,
-                      a.head_dim * esz, a.head_dim_v * esz};
+        NextRows next{sc.pk.data(),
+                      sc.pv.data(),
+                      nn,
+                      t.ng,
+                      a.k_head * esz,
+                      a.v_head * esz,
+                      a.head_dim * esz,
+                      a.head_dim_v * esz,
+                      sc.next_list.data()};
         if (use_amx)
           amx::scores_tile(sc.qb.data(), t.ng, head_rows, a.head_dim, kp, a.k_head * esz, j0, j1,
                            sc.st.data(), ra, sc.row_scale.data(), sc.kstage.data(), &next);

@@ -34,44 +34,62 @@ inline int64_t even_share(int64_t n, int64_t c, int64_t steps) {
 /// stream pays (Zen 1, session 31: without it decode ran 1.3-1.6x slower, and every variant
 /// tried, L1-sized or in address order, was slower or equal; PERFORMANCE_CPU.md).
 struct NextRows {
-  const void* const* k = nullptr;
-  const void* const* v = nullptr;
-  int64_t n = 0, heads = 0, k_head_bytes = 0, v_head_bytes = 0, k_bytes = 0, v_bytes = 0;
-  // Progress: slots issued (a run's slot past its keys issues nothing) and the next slot's run,
-  // key within the run and head.
-  int64_t at = 0, run = 0, key = 0, g = 0;
+  /// Slots of a tile of n keys over `heads` KV heads (about 2 · n · heads rows): four per
+  /// (key of the first half, head), a slot whose run has no key there (n odd) left empty.
+  static int64_t slots_for(int64_t n, int64_t heads) { return 4 * ((n + 1) / 2) * heads; }
 
-  /// Slots in all (about 2 · n · heads rows).
-  int64_t slots() const { return 4 * ((n + 1) / 2) * heads; }
+  /// The stream over a tile's rows (key i of head g at k[i] + g · k_head_bytes, V likewise), its
+  /// row addresses laid out in stream order in `list` (slots_for(n, heads) entries, the
+  /// caller's). Worked out slot by slot as the stream went, the bookkeeping cost ~100
+  /// instructions per (key, KV head) in decode, a fifth of the kernel's (session 40).
+  NextRows(const void* const* k, const void* const* v, int64_t n, int64_t heads,
+           int64_t k_head_bytes, int64_t v_head_bytes, int64_t k_bytes, int64_t v_bytes,
+           const char** list)
+      : list_(list), slots_(slots_for(n, heads)), k_bytes_(k_bytes), v_bytes_(v_bytes) {
+    const int64_t h = (n + 1) / 2;
+    for (int64_t w = 0; w < h; ++w) {
+      const bool second = h + w < n;
+      const auto* k0 = static_cast<const char*>(k[w]);
+      const auto* k1 = second ? static_cast<const char*>(k[h + w]) : nullptr;
+      const auto* v0 = static_cast<const char*>(v[w]);
+      const auto* v1 = second ? static_cast<const char*>(v[h + w]) : nullptr;
+      for (int64_t g = 0; g < heads; ++g, list += 4) {
+        list[0] = k0 + g * k_head_bytes;
+        list[1] = second ? k1 + g * k_head_bytes : nullptr;
+        list[2] = v0 + g * v_head_bytes;
+        list[3] = second ? v1 + g * v_head_bytes : nullptr;
+      }
+    }
+  }
+
+  /// Slots issued so far.
+  int64_t at = 0;
+
+  int64_t slots() const { return slots_; }
   /// Issues the next `rows` slots.
   void step(int64_t rows) {
     visit(rows, [](const char* row, int64_t bytes) {
-      for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(row + b, 0, 2);
+      int64_t b = 0;
+      for (; b + 64 < bytes; b += 128) {
+        __builtin_prefetch(row + b, 0, 2);
+        __builtin_prefetch(row + b + 64, 0, 2);
+      }
+      if (b < bytes) __builtin_prefetch(row + b, 0, 2);
     });
   }
   /// The next `rows` slots in order: use(row address, its bytes) for each slot holding a row.
   template <class Use>
   void visit(int64_t rows, Use&& use) {
-    const int64_t h = (n + 1) / 2, end = std::min(at + rows, slots());
-    for (; at < end; ++at) {
-      const int64_t i = (run & 1) * h + key;  // the tile's key
-      if (i < n) {
-        const bool is_k = run < 2;
-        use(is_k ? static_cast<const char*>(k[i]) + g * k_head_bytes
-                 : static_cast<const char*>(v[i]) + g * v_head_bytes,
-            is_k ? k_bytes : v_bytes);
-      }
-      if (++run == 4) {
-        run = 0;
-        if (++g == heads) {
-          g = 0;
-          ++key;
-        }
-      }
-    }
+    const int64_t end = std::min(at + rows, slots_);
+    for (; at < end; ++at)
+      if (const char* row = list_[at]; row != nullptr) use(row, (at & 2) ? v_bytes_ : k_bytes_);
   }
   /// Whatever the steps left.
-  void finish() { step(slots()); }
+  void finish() { step(slots_); }
+
+ private:
+  const char* const* list_;
+  int64_t slots_, k_bytes_, v_bytes_;
 };
 
 }  // namespace flashback::cpu_fast
