@@ -343,7 +343,7 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
                            sc.st.data(), ra, sc.row_scale.data(), sc.kstage.data(), &next);
         else
           scores_tile_pairs(sc.q.data(), qs, head_rows, t.ng, Rows{kp, 0}, a.k_head * esz, qk_len,
-                            j0, j1, sc.st.data(), 1, ra, next);
+                            j0, j1, sc.st.data(), ra, next);
         // m, l of padding rows stay -inf, 0 (they see no key); pm, pl hold kMaxRows ≥ ra.
         float* alpha = sc.wm.data();
         wide_softmax(sc.st.data(), ra, j0, j1, ts, sc.row_lo.data(), sc.row_hi.data(), a.softcap,

@@ -69,10 +69,9 @@ HWY_INLINE void dot_block(const float* q, int64_t qs, Rows k, int64_t len, float
 }
 
 // S = q · k for the 4 rows at q (stride qs) against one key's row k (bf16 pairs), into
-// s[i · ss]. Each accumulator sees the MulAdd sequence of dot_block<4, K, Bf16Pairs> and the same
+// s[0 .. 3]. Each accumulator sees the MulAdd sequence of dot_block<4, K, Bf16Pairs> and the same
 // lane sums, so a score has the same bits whichever keys share a block.
-HWY_INLINE void dot_rows_1key(const float* q, int64_t qs, const void* k, int64_t len, float* s,
-                              int64_t ss) {
+HWY_INLINE void dot_rows_1key(const float* q, int64_t qs, const void* k, int64_t len, float* s) {
   const DF df;
   const int64_t N = lanes();
   VF acc[4];
@@ -84,17 +83,15 @@ HWY_INLINE void dot_rows_1key(const float* q, int64_t qs, const void* k, int64_t
       acc[i] = hn::MulAdd(hn::LoadU(df, q + i * qs + x + N), ko,
                           hn::MulAdd(hn::LoadU(df, q + i * qs + x), ke, acc[i]));
   }
-  float t[4];
-  sum4(acc[0], acc[1], acc[2], acc[3], t);
-  for (int i = 0; i < 4; ++i) s[i * ss] = t[i];
+  sum4(acc[0], acc[1], acc[2], acc[3], s);
 }
 
 // S = q · k for the 4 rows at q (stride qs) against two keys' rows k0 and k1 (bf16 pairs), into
-// s0[i · ss] and s1[i · ss]: each loaded q vector serves both keys (dot_rows_1key twice loads
+// s0[0 .. 3] and s1[0 .. 3]: each loaded q vector serves both keys (dot_rows_1key twice loads
 // q twice; each accumulator repeats its MulAdd sequence and lane sums, so a score has the same
 // bits either way). 8 accumulators, 4 key and 2 q vectors: fits 16 registers.
 HWY_INLINE void dot_rows_2keys(const float* q, int64_t qs, const void* k0, const void* k1,
-                               int64_t len, float* s0, float* s1, int64_t ss) {
+                               int64_t len, float* s0, float* s1) {
   const DF df;
   const int64_t N = lanes();
   VF acc[4][2];
@@ -111,44 +108,43 @@ HWY_INLINE void dot_rows_2keys(const float* q, int64_t qs, const void* k0, const
       acc[i][1] = hn::MulAdd(qo, bo, hn::MulAdd(qe, be, acc[i][1]));
     }
   }
-  float t[4];
-  sum4(acc[0][0], acc[1][0], acc[2][0], acc[3][0], t);
-  for (int i = 0; i < 4; ++i) s0[i * ss] = t[i];
-  sum4(acc[0][1], acc[1][1], acc[2][1], acc[3][1], t);
-  for (int i = 0; i < 4; ++i) s1[i * ss] = t[i];
+  sum4(acc[0][0], acc[1][0], acc[2][0], acc[3][0], s0);
+  sum4(acc[0][1], acc[1][1], acc[2][1], acc[3][1], s1);
 }
 
 // Scores of a whole tile for all `heads` KV heads of a task (bf16 pairs, rows per head a
 // multiple of 4), walked two keys at a time and, within a pair, head by head (each group of 4
 // q rows scored against both keys' rows of its head at once, dot_rows_2keys); with the heads of
 // a slot adjacent in memory ([pages, P, H, D]) the K rows are read as two address-ordered runs.
-// Head g's rows are q + g · head_rows · qs, its K row of key j at k[j] + g · k_head_bytes, its
-// scores at s + (g · head_rows + i) · srow + j · skey. `next` (the next tile's rows) takes
-// `heads` rows per key, spread over the pair's groups. An odd last key goes alone. Out of line:
-// inlined into RunSplits (as GCC 12 did once the function shrank) decode ran 2-4 % slower.
+// Head g's rows are q + g · head_rows · qs, its K row of key j at k[j] + g · k_head_bytes; the
+// scores go out transposed, row r of key j at s[r + j · skey]. `next` (the next tile's rows)
+// takes `heads` rows per key, spread over the pair's groups. An odd last key goes alone. Out of
+// line: inlined into RunSplits (as GCC 12 did once the function shrank) decode ran 2-4 % slower.
 HWY_NOINLINE void scores_tile_pairs(const float* q, int64_t qs, int64_t head_rows, int64_t heads,
                                     Rows k, int64_t k_head_bytes, int64_t len, int64_t j0,
-                                    int64_t j1, float* s, int64_t srow, int64_t skey,
-                                    NextRows& next) {
+                                    int64_t j1, float* s, int64_t skey, NextRows& next) {
   const int64_t groups = head_rows / 4, per_key = heads * groups;
-  const int64_t q_step = 4 * qs, s_step = 4 * srow;
+  int64_t share[kMaxRows / 4];  // the stream's rows before each group's dot products
+  for (int64_t c = 0; c < per_key; ++c) share[c] = even_share(2 * heads, c, per_key);
   int64_t j = j0;
   for (; j + 2 <= j1; j += 2) {
     const char* ka = static_cast<const char*>(k[j]);
     const char* kb = static_cast<const char*>(k[j + 1]);
-    for (int64_t c = 0; c < per_key; ++c) {
-      next.step(even_share(2 * heads, c, per_key));
-      const int64_t kh = c / groups * k_head_bytes;
-      float* sc = s + c * s_step + j * skey;
-      dot_rows_2keys(q + c * q_step, qs, ka + kh, kb + kh, len, sc, sc + skey, srow);
-    }
+    const float* qc = q;
+    float* sc = s + j * skey;
+    const int64_t* sh = share;
+    for (int64_t g = 0; g < heads; ++g, ka += k_head_bytes, kb += k_head_bytes)
+      for (int64_t i = 0; i < groups; ++i, qc += 4 * qs, sc += 4) {
+        next.step(*sh++);
+        dot_rows_2keys(qc, qs, ka, kb, len, sc, sc + skey);
+      }
   }
   if (j == j1) return;
   // The odd key: each group's rows against its head's row alone.
   next.step(heads);
   for (int64_t c = 0; c < per_key; ++c)
-    dot_rows_1key(q + c * q_step, qs, static_cast<const char*>(k[j]) + c / groups * k_head_bytes,
-                  len, s + c * s_step + j * skey, srow);
+    dot_rows_1key(q + c * 4 * qs, qs, static_cast<const char*>(k[j]) + c / groups * k_head_bytes,
+                  len, s + c * 4 + j * skey);
 }
 
 // Scores of `rows` rows against tile keys [j0, j1) (key j's row at k[j]); the next tile's rows
