@@ -200,6 +200,7 @@ HWY_INLINE void pv_block(const float* p, int64_t pkey, Rows v, int64_t j0, int64
   VF acc[R][kV];
   for (int i = 0; i < R; ++i)
     for (int w = 0; w < kV; ++w) acc[i][w] = hn::LoadU(df, o + i * os + x + w * N);
+#pragma GCC unroll 2
   for (int64_t j = j0; j < j1; ++j) {
     VF vv[kV];
     for (int w = 0; w < W; ++w) {
