@@ -66,20 +66,13 @@ struct NextRows {
   int64_t at = 0;
 
   int64_t slots() const { return slots_; }
-  /// Issues the next `rows` slots. Rows of 2, 4 or 8 lines on both sides (head dims 64, 128
-  /// and 256 in bf16) take an unrolled path: per row its prefetches and 6 other instructions
-  /// (the general one cost ~25; session 40).
+  /// Issues the next `rows` slots. A row's lines go out from one prefetch in a loop. Unrolled
+  /// (a row's 4 prefetches back to back, 6 instructions a row besides them instead of ~25),
+  /// decode took 7-8 % less time in cache but 8-20 % more from DRAM on a Zen 3 host, and
+  /// neither nops between the prefetches nor the loop with the row size hoisted (3-9 % slower
+  /// from DRAM) won that back; why was not found (no counters there; PERFORMANCE_CPU.md,
+  /// session 40).
   void step(int64_t rows) {
-    if (k_bytes_ == v_bytes_) switch (k_bytes_) {
-        case 128:
-          return issue<2>(rows);
-        case 256:
-          return issue<4>(rows);
-        case 512:
-          return issue<8>(rows);
-        default:
-          break;
-      }
     visit(rows, [](const char* row, int64_t bytes) {
       for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(row + b, 0, 2);
     });
@@ -96,15 +89,6 @@ struct NextRows {
   void finish() { step(slots_); }
 
  private:
-  template <int kLines>
-  void issue(int64_t rows) {
-    const int64_t end = std::min(at + rows, slots_);
-    for (int64_t i = at; i < end; ++i)
-      if (const char* row = list_[i]; row != nullptr)
-        for (int l = 0; l < kLines; ++l) __builtin_prefetch(row + 64 * l, 0, 2);
-    at = std::max(at, end);
-  }
-
   const char* const* list_;
   int64_t slots_, k_bytes_, v_bytes_;
 };
