@@ -318,26 +318,12 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
       if (tile_scores) {
         // The next tile's K and V stream into L2 over this tile's scores and P·V (NextRows);
         // the range's first tile, which no tile before it prefetched, is fetched at once.
-        if (first_of_range)
-          NextRows{kp + j0,
-                   vp + j0,
-                   j1 - j0,
-                   t.ng,
-                   a.k_head * esz,
-                   a.v_head * esz,
-                   a.head_dim * esz,
-                   a.head_dim_v * esz,
-                   sc.next_list.data()}
-              .finish();
-        NextRows next{sc.pk.data(),
-                      sc.pv.data(),
-                      nn,
-                      t.ng,
-                      a.k_head * esz,
-                      a.v_head * esz,
-                      a.head_dim * esz,
-                      a.head_dim_v * esz,
-                      sc.next_list.data()};
+        auto stream = [&](const void* const* k, const void* const* v, int64_t n) {
+          return NextRows(k, v, n, t.ng, a.k_head * esz, a.v_head * esz, a.head_dim * esz,
+                          a.head_dim_v * esz, sc.next_list.data());
+        };
+        if (first_of_range) stream(kp + j0, vp + j0, j1 - j0).finish();
+        NextRows next = stream(sc.pk.data(), sc.pv.data(), nn);
         if (use_amx)
           amx::scores_tile(sc.qb.data(), t.ng, head_rows, a.head_dim, kp, a.k_head * esz, j0, j1,
                            sc.st.data(), ra, sc.row_scale.data(), sc.kstage.data(), &next);

@@ -124,7 +124,8 @@ HWY_NOINLINE void scores_tile_pairs(const float* q, int64_t qs, int64_t head_row
                                     Rows k, int64_t k_head_bytes, int64_t len, int64_t j0,
                                     int64_t j1, float* s, int64_t skey, NextRows& next) {
   const int64_t groups = head_rows / 4, per_key = heads * groups;
-  int64_t share[kMaxRows / 4];  // the stream's rows before each group's dot products
+  // The stream's rows before each group's dot products (a task holds at most kMaxRows rows).
+  int64_t share[kMaxRows / 4];
   for (int64_t c = 0; c < per_key; ++c) share[c] = even_share(2 * heads, c, per_key);
   int64_t j = j0;
   for (; j + 2 <= j1; j += 2) {
