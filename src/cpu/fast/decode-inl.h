@@ -123,7 +123,7 @@ HWY_INLINE void dot_rows_2keys(const float* q, int64_t qs, const void* k0, const
 HWY_NOINLINE void scores_tile_pairs(const float* q, int64_t qs, int64_t head_rows, int64_t heads,
                                     Rows k, int64_t k_head_bytes, int64_t len, int64_t j0,
                                     int64_t j1, float* s, int64_t skey, NextRows& next) {
-  const int64_t groups = head_rows / 4, per_key = heads * groups;
+  const int64_t groups = head_rows / 4, per_key = heads * groups;  // groups of 4 rows
   // The stream's rows before each group's dot products (a task holds at most kMaxRows rows).
   int64_t share[kMaxRows / 4];
   for (int64_t c = 0; c < per_key; ++c) share[c] = even_share(2 * heads, c, per_key);
@@ -143,9 +143,11 @@ HWY_NOINLINE void scores_tile_pairs(const float* q, int64_t qs, int64_t head_row
   if (j == j1) return;
   // The odd key: each group's rows against its head's row alone.
   next.step(heads);
-  for (int64_t c = 0; c < per_key; ++c)
-    dot_rows_1key(q + c * 4 * qs, qs, static_cast<const char*>(k[j]) + c / groups * k_head_bytes,
-                  len, s + c * 4 + j * skey);
+  const char* kr = static_cast<const char*>(k[j]);
+  const float* qc = q;
+  float* sc = s + j * skey;
+  for (int64_t g = 0; g < heads; ++g, kr += k_head_bytes)
+    for (int64_t i = 0; i < groups; ++i, qc += 4 * qs, sc += 4) dot_rows_1key(qc, qs, kr, len, sc);
 }
 
 // Scores of `rows` rows against tile keys [j0, j1) (key j's row at k[j]); the next tile's rows
@@ -191,7 +193,8 @@ void scores(const float* q, int64_t qs, int64_t rows, Rows k, int64_t len, int64
 
 // O[i] += Σ_j p[i][j] · v_j over keys [j0, j1) for R rows, W vectors of O at a time (W pairs
 // of vectors for Bf16Pairs, O de-interleaved); each element sees the same MulAdd sequence
-// whichever R and W are used.
+// whichever R and W are used. The key loop is unrolled by two: less loop overhead per key, 2-3 %
+// less time from DRAM (session 40).
 template <int R, int W, class T, int64_t PROW>
 HWY_INLINE void pv_block(const float* p, int64_t pkey, Rows v, int64_t j0, int64_t j1, float* o,
                          int64_t os, int64_t x) {
