@@ -72,6 +72,58 @@ TEST(NextRows, EveryRowOnceInTurns) {
     }
 }
 
+// take() hands out the slots in the order step() issues them, spare() for an empty slot and
+// for every call past the last one, so a kernel that takes a fixed number of rows per step
+// prefetches exactly the tile's rows and harmless zeros besides.
+TEST(NextRows, TakeGivesTheSlotsInOrderAndSpareForEmptyOnes) {
+  constexpr int64_t kHeadBytes = 256, kKeyBytes = 8 * kHeadBytes, kVBase = 1 << 20;
+  for (int64_t n : {1, 2, 3, 16, 17, 32})
+    for (int64_t heads : {1, 8}) {
+      const std::vector<char> memory(static_cast<size_t>(kVBase + n * kKeyBytes));
+      std::vector<const char*> k(static_cast<size_t>(n)), v(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) {
+        k[static_cast<size_t>(i)] = memory.data() + i * kKeyBytes;
+        v[static_cast<size_t>(i)] = memory.data() + kVBase + i * kKeyBytes;
+      }
+      const int64_t slots = NextRows::slots_for(n, heads);
+      std::vector<const char*> list(static_cast<size_t>(slots));
+      auto make = [&] {
+        return NextRows{reinterpret_cast<const void* const*>(k.data()),
+                        reinterpret_cast<const void* const*>(v.data()),
+                        n,
+                        heads,
+                        kHeadBytes,
+                        kHeadBytes,
+                        256,
+                        256,
+                        list.data()};
+      };
+      std::vector<const char*> issued;  // step()'s rows, in order
+      NextRows a = make();
+      a.finish();
+      for (int64_t i = 0; i < slots; ++i) issued.push_back(list[static_cast<size_t>(i)]);
+      NextRows b = make();
+      std::vector<const char*> taken;
+      for (int64_t i = 0; i < slots + 3; ++i) taken.push_back(b.take());
+      const std::string what = "n=" + std::to_string(n) + " heads=" + std::to_string(heads);
+      int64_t rows = 0;
+      for (int64_t i = 0; i < slots + 3; ++i) {
+        const char* want = i < slots ? issued[static_cast<size_t>(i)] : nullptr;
+        if (want == nullptr) {
+          EXPECT_EQ(taken[static_cast<size_t>(i)], NextRows::spare()) << what << " slot " << i;
+        } else {
+          EXPECT_EQ(taken[static_cast<size_t>(i)], want) << what << " slot " << i;
+          ++rows;
+        }
+      }
+      EXPECT_EQ(rows, 2 * n * heads) << what;
+      EXPECT_EQ(b.at, slots + 3) << what;
+    }
+  const char* z = NextRows::spare();
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(z) % 64, 0u);
+  EXPECT_TRUE(std::all_of(z, z + NextRows::kSpareBytes, [](char c) { return c == 0; }));
+}
+
 TEST(NextRows, EvenShareAddsUpAndDiffersByAtMostOne) {
   for (int64_t n : {0, 1, 7, 16, 31, 64, 256})
     for (int64_t steps : {1, 2, 3, 8, 13, 64}) {

@@ -88,6 +88,23 @@ struct NextRows {
   /// Whatever the steps left.
   void finish() { step(slots_); }
 
+  /// The next slot's row, the slot taken; an empty slot, or none left, gives spare(): a kernel
+  /// that issues a few rows' lines from inside its own loop (one line per iteration, no branch)
+  /// takes its rows here instead of calling step().
+  const char* take() {
+    const char* row = at < slots_ ? list_[at] : nullptr;
+    ++at;
+    return row != nullptr ? row : spare();
+  }
+  /// Zeros to prefetch in place of a missing row (rows of up to kSpareBytes).
+  static constexpr int64_t kSpareBytes = 1024;
+  static const char* spare() {
+    alignas(64) static const char zeros[kSpareBytes] = {};
+    return zeros;
+  }
+  int64_t k_bytes() const { return k_bytes_; }
+  int64_t v_bytes() const { return v_bytes_; }
+
  private:
   const char* const* list_;
   int64_t slots_, k_bytes_, v_bytes_;
