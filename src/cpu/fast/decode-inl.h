@@ -374,7 +374,7 @@ HWY_INLINE void softmax_row_t(float* s, int64_t a, int64_t e, float softcap, flo
   const VF mv = hn::Set(df, m_new);
   VF sum = hn::Zero(df);
   for (int64_t x = 0; x < kTileKeys; x += N) {
-    VF p = hn::Exp(df, hn::Sub(hn::LoadU(df, s + x), mv));
+    VF p = exp_nonpos(hn::Sub(hn::LoadU(df, s + x), mv));
     if constexpr (!kFull) {
       const VF j = hn::Iota(df, static_cast<float>(x));
       p = hn::IfThenElseZero(hn::And(hn::Ge(j, lo), hn::Le(j, hi)), p);

@@ -128,7 +128,7 @@ HWY_INLINE void wide_softmax_vec(float* st, int64_t rp, int64_t j0, int64_t j1, 
   const VF a = hn::Exp(df, hn::Sub(mo, msub));
   VF sum = zero;
   auto weight = [&](int64_t j) {
-    VF p = hn::Exp(df, hn::Sub(hn::LoadU(df, st + j * rp), msub));
+    VF p = exp_nonpos(hn::Sub(hn::LoadU(df, st + j * rp), msub));
     if constexpr (!kFull) {
       const VF key = hn::Set(df, static_cast<float>(ts + j));
       p = hn::IfThenElseZero(hn::And(hn::Ge(key, vlo), hn::Le(key, vhi)), p);
