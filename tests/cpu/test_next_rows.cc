@@ -14,6 +14,24 @@
 namespace flashback::cpu_fast {
 namespace {
 
+// The stream over rows k[i], v[i] (one per key) of `heads` KV heads head_bytes apart, with K and
+// V rows of k_bytes and v_bytes, its list in `list` (resized to fit).
+NextRows stream_over(const std::vector<const char*>& k, const std::vector<const char*>& v,
+                     int64_t heads, int64_t head_bytes, int64_t k_bytes, int64_t v_bytes,
+                     std::vector<const char*>& list) {
+  const auto n = static_cast<int64_t>(k.size());
+  list.resize(static_cast<size_t>(NextRows::slots_for(n, heads)));
+  return NextRows{reinterpret_cast<const void* const*>(k.data()),
+                  reinterpret_cast<const void* const*>(v.data()),
+                  n,
+                  heads,
+                  head_bytes,
+                  head_bytes,
+                  k_bytes,
+                  v_bytes,
+                  list.data()};
+}
+
 TEST(NextRows, EveryRowOnceInTurns) {
   constexpr int64_t kHeadBytes = 256, kKeyBytes = 8 * kHeadBytes, kVBase = 1 << 20;
   std::mt19937 rng(7);
@@ -28,15 +46,7 @@ TEST(NextRows, EveryRowOnceInTurns) {
         v[static_cast<size_t>(i)] = base + kVBase + i * kKeyBytes;
       }
       std::vector<const char*> list(static_cast<size_t>(NextRows::slots_for(n, heads)));
-      NextRows s{reinterpret_cast<const void* const*>(k.data()),
-                 reinterpret_cast<const void* const*>(v.data()),
-                 n,
-                 heads,
-                 kHeadBytes,
-                 kHeadBytes,
-                 128,
-                 192,
-                 list.data()};
+      NextRows s = stream_over(k, v, heads, kHeadBytes, 128, 192, list);
       std::vector<std::tuple<bool, int64_t, int64_t>> seen;  // (is V, key, head)
       auto record = [&](const char* row, int64_t bytes) {
         const int64_t off = row - base;
@@ -87,17 +97,7 @@ TEST(NextRows, TakeGivesTheSlotsInOrderAndSpareForEmptyOnes) {
       }
       const int64_t slots = NextRows::slots_for(n, heads);
       std::vector<const char*> list(static_cast<size_t>(slots));
-      auto make = [&] {
-        return NextRows{reinterpret_cast<const void* const*>(k.data()),
-                        reinterpret_cast<const void* const*>(v.data()),
-                        n,
-                        heads,
-                        kHeadBytes,
-                        kHeadBytes,
-                        256,
-                        256,
-                        list.data()};
-      };
+      auto make = [&] { return stream_over(k, v, heads, kHeadBytes, 256, 256, list); };
       std::vector<const char*> issued;  // step()'s rows, in order
       NextRows a = make();
       a.finish();
