@@ -135,10 +135,10 @@ HWY_INLINE void dot_rows_2keys(const float* q, int64_t qs, const void* k0, const
 // 3, session 41; with this pairing the stream's K rows could even be left out at equal speed).
 // Head g's rows are q + g · head_rows · qs, its K row of key j at k[j] + g · k_head_bytes; the
 // scores go out transposed, row r of key j at s[r + j · skey]. `next` (the next tile's rows)
-// takes `heads` rows per key, spread over the pair's groups: with one group per head and rows
-// of 2 · len bytes (len a multiple of 32; decode with 4 q heads per KV head and D = 128), a
-// group's two rows are prefetched a line per chunk inside its dot products (dot_rows_2keys),
-// else a step before each group. A line per chunk took 6-7 % less time in cache than the step's
+// takes `heads` rows per key, spread over the pair's groups: with rows of 2 · len bytes (len a
+// multiple of 32, e.g. D = 128) a group's rows (two with 4 q heads per KV head, one with 8) are
+// prefetched a line per chunk inside its dot products (dot_rows_2keys), else a step before
+// each group. A line per chunk took 6-7 % less time in cache than the step's
 // loop (~25 instructions a row) and equal or 1-3 % less from DRAM (Zen 3, session 41). An odd
 // last key goes alone. Out of line: inlined into RunSplits (as GCC 12 did once the function
 // shrank) decode ran 2-4 % slower.
@@ -149,7 +149,9 @@ HWY_NOINLINE void scores_tile_pairs(const float* q, int64_t qs, int64_t head_row
   // The stream's rows before each group's dot products (a task holds at most kMaxRows rows).
   int64_t share[kMaxRows / 4];
   for (int64_t c = 0; c < per_key; ++c) share[c] = even_share(2 * heads, c, per_key);
-  const bool inner = groups == 1 && lanes() >= 8 && len % 32 == 0 && next.k_bytes() == 2 * len &&
+  // Each group's share is 2 / groups rows (1 or 2: at most 8 rows per KV head here); with one
+  // row, the spare row stands in for the second.
+  const bool inner = groups <= 2 && lanes() >= 8 && len % 32 == 0 && next.k_bytes() == 2 * len &&
                      next.v_bytes() == 2 * len && 2 * len <= NextRows::kSpareBytes;
   // Key w of the tile's first half goes with key w of its second half.
   const int64_t half = (j1 - j0) / 2;
@@ -161,14 +163,12 @@ HWY_NOINLINE void scores_tile_pairs(const float* q, int64_t qs, int64_t head_row
     float* sa = s + ja * skey;
     float* sb = s + jb * skey;
     if (inner) {
-      for (int64_t g = 0; g < heads; ++g, ka += k_head_bytes, kb += k_head_bytes) {
-        const char* pa = next.take();
-        const char* pb = next.take();
-        dot_rows_2keys<true>(qc, qs, ka, kb, len, sa, sb, pa, pb);
-        qc += 4 * qs;
-        sa += 4;
-        sb += 4;
-      }
+      for (int64_t g = 0; g < heads; ++g, ka += k_head_bytes, kb += k_head_bytes)
+        for (int64_t i = 0; i < groups; ++i, qc += 4 * qs, sa += 4, sb += 4) {
+          const char* pa = next.take();
+          const char* pb = groups == 1 ? next.take() : NextRows::spare();
+          dot_rows_2keys<true>(qc, qs, ka, kb, len, sa, sb, pa, pb);
+        }
       continue;
     }
     const int64_t* sh = share;
