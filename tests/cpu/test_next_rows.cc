@@ -45,7 +45,7 @@ TEST(NextRows, EveryRowOnceInTurns) {
         k[static_cast<size_t>(i)] = base + i * kKeyBytes;
         v[static_cast<size_t>(i)] = base + kVBase + i * kKeyBytes;
       }
-      std::vector<const char*> list(static_cast<size_t>(NextRows::slots_for(n, heads)));
+      std::vector<const char*> list;
       NextRows s = stream_over(k, v, heads, kHeadBytes, 128, 192, list);
       std::vector<std::tuple<bool, int64_t, int64_t>> seen;  // (is V, key, head)
       auto record = [&](const char* row, int64_t bytes) {
@@ -95,14 +95,10 @@ TEST(NextRows, TakeGivesTheSlotsInOrderAndSpareForEmptyOnes) {
         k[static_cast<size_t>(i)] = memory.data() + i * kKeyBytes;
         v[static_cast<size_t>(i)] = memory.data() + kVBase + i * kKeyBytes;
       }
-      const int64_t slots = NextRows::slots_for(n, heads);
-      std::vector<const char*> list(static_cast<size_t>(slots));
-      auto make = [&] { return stream_over(k, v, heads, kHeadBytes, 256, 256, list); };
-      std::vector<const char*> issued;  // step()'s rows, in order
-      NextRows a = make();
-      a.finish();
-      for (int64_t i = 0; i < slots; ++i) issued.push_back(list[static_cast<size_t>(i)]);
-      NextRows b = make();
+      std::vector<const char*> list;
+      NextRows b = stream_over(k, v, heads, kHeadBytes, 256, 256, list);
+      const int64_t slots = b.slots();
+      const std::vector<const char*> issued = list;  // the slots, in the order step() goes
       std::vector<const char*> taken;
       for (int64_t i = 0; i < slots + 3; ++i) taken.push_back(b.take());
       const std::string what = "n=" + std::to_string(n) + " heads=" + std::to_string(heads);

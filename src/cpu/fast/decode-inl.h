@@ -162,6 +162,8 @@ HWY_NOINLINE void scores_tile_pairs(const float* q, int64_t qs, int64_t head_row
     const float* qc = q;
     float* sa = s + ja * skey;
     float* sb = s + jb * skey;
+    // Two loops rather than one with the choice inside: merged, decode took 2-3 % more time in
+    // cache (session 41).
     if (inner) {
       for (int64_t g = 0; g < heads; ++g, ka += k_head_bytes, kb += k_head_bytes)
         for (int64_t i = 0; i < groups; ++i, qc += 4 * qs, sa += 4, sb += 4) {
