@@ -232,13 +232,13 @@ void scores(const float* q, int64_t qs, int64_t rows, Rows k, int64_t len, int64
   pf.rows(j1 - j0, kTileKeys);  // the next tile may hold more keys than this one
 }
 
-// O[i] += Σ_j p[i][j] · v_j over keys [j0, j1) for R rows, W vectors of O at a time (W pairs
-// of vectors for Bf16Pairs, O de-interleaved); each element sees the same MulAdd sequence
-// whichever R and W are used. The key loop is unrolled by two: less loop overhead per key, 2-3 %
-// less time from DRAM (session 40).
+// O[i] += Σ_j p[i][j] · v_j over keys j0, j0 + step, ... below j1 for R rows, W vectors of O
+// at a time (W pairs of vectors for Bf16Pairs, O de-interleaved); each element sees the same
+// MulAdd sequence whichever R and W are used. The key loop is unrolled by two: less loop
+// overhead per key, 2-3 % less time from DRAM (session 40).
 template <int R, int W, class T, int64_t PROW>
 HWY_INLINE void pv_block(const float* p, int64_t pkey, Rows v, int64_t j0, int64_t j1, float* o,
-                         int64_t os, int64_t x) {
+                         int64_t os, int64_t x, int64_t step = 1) {
   const DF df;
   const int64_t N = lanes();
   constexpr int kV = std::is_same_v<T, Bf16Pairs> ? 2 * W : W;  // vectors of O per row
@@ -246,7 +246,7 @@ HWY_INLINE void pv_block(const float* p, int64_t pkey, Rows v, int64_t j0, int64
   for (int i = 0; i < R; ++i)
     for (int w = 0; w < kV; ++w) acc[i][w] = hn::LoadU(df, o + i * os + x + w * N);
 #pragma GCC unroll 2
-  for (int64_t j = j0; j < j1; ++j) {
+  for (int64_t j = j0; j < j1; j += step) {
     VF vv[kV];
     for (int w = 0; w < W; ++w) {
       if constexpr (std::is_same_v<T, Bf16Pairs>) {
@@ -320,34 +320,37 @@ void accumulate(const float* p, int64_t pkey, int64_t rows, Rows v, int64_t j0, 
 }
 
 // P·V of a whole tile for all `heads` KV heads (bf16 pairs, rows per head a multiple of 4,
-// weights transposed: row r, key j at p[r + j · ra]), walked in blocks of kKeyBlock keys and,
-// within a block, head by head: V's rows are read in address order ([pages, P, H, D]) and each
-// of a block's lines serves both of its column chunks while it sits in L1. O (all the task's
-// rows, stride os) goes through L1 once per block; each element sees the MulAdd sequence of
-// accumulate<Bf16Pairs>, so the results are the same bits. Head by head over the whole tile
-// instead, a head's 32 V rows, 2 KB apart, fall in two L1 sets per line column, each line was
-// fetched twice, and decode ran 0-5 % slower from DRAM on a Zen 3 host (both builds timed in
-// one process; PERFORMANCE_CPU.md, session 37). Blocks of 8 keys: O goes through L1 half as
-// often as with 4 (2-6 % less time in cache, equal to 1 % less from DRAM on a Zen 3 host;
-// blocks of 16 were 5-8 % slower from DRAM; session 39). `next` takes an even share of its
-// remaining slots before each (block, head).
+// weights transposed: row r, key j at p[r + j · ra]), walked in S = ceil(n / 8) blocks of at
+// most 8 keys (n keys in the tile) and, within a block, head by head. Block w holds keys j0 + w,
+// j0 + w + S, j0 + w + 2S, ...: with the heads of a slot adjacent in memory ([pages, P, H, D]) V
+// is read as 8 address-ordered runs side by side, run k through slots j0 + kS .. j0 + kS + S - 1
+// (8 KB for a full tile of 2 KB slots), each 4 KB page by one run, which the hardware
+// prefetchers follow. Blocks of 8 adjacent keys read each 4 KB page as two interleaved runs
+// (its two slots, a line column at a time), and decode took 3-7 % more time from DRAM on a Zen 3
+// host (same compute: equal in cache; session 42), as the scores did with pairs of adjacent
+// keys (scores_tile_pairs). Within a block each of its lines serves both of its column chunks
+// while it sits in L1, and O (all the task's rows, stride os) goes through L1 once per block;
+// blocks of 8: half as often as with 4 (2-6 % less time in cache, session 39; blocks of 16 were
+// 5-8 % slower from DRAM: a block's V across the heads, 32 KB, is all of L1). Each element's
+// MulAdd sequence depends only on n (keys in the order of the blocks). Head by head over the
+// whole tile instead, a head's 32 V rows, 2 KB apart, fall in two L1 sets per line column and
+// decode ran 0-5 % slower from DRAM (session 37). `next` takes an even share of its remaining
+// slots before each (block, head).
 inline void pv_tile_pairs(const float* p, int64_t ra, int64_t head_rows, int64_t heads, Rows v,
                           int64_t v_head_bytes, int64_t j0, int64_t j1, float* o, int64_t os,
                           int64_t len, NextRows& next) {
   constexpr int64_t kKeyBlock = 8;
   const int64_t N = lanes();
-  const int64_t steps = (j1 - j0 + kKeyBlock - 1) / kKeyBlock * heads;
-  const int64_t per = (next.slots() - next.at + steps - 1) / steps;
-  for (int64_t jb = j0; jb < j1; jb += kKeyBlock) {
-    const int64_t je = std::min(jb + kKeyBlock, j1);
+  const int64_t S = (j1 - j0 + kKeyBlock - 1) / kKeyBlock;  // blocks, and the key step in one
+  const int64_t per = (next.slots() - next.at + S * heads - 1) / (S * heads);
+  for (int64_t w = 0; w < S; ++w)
     for (int64_t g = 0; g < heads; ++g) {
       next.step(per);
       const Rows vg{v.p, v.off + g * v_head_bytes};
       for (int64_t r = g * head_rows; r < (g + 1) * head_rows; r += 4)
         for (int64_t x = 0; x < len; x += 2 * N)
-          pv_block<4, 1, Bf16Pairs, 1>(p + r, ra, vg, jb, je, o + r * os, os, x);
+          pv_block<4, 1, Bf16Pairs, 1>(p + r, ra, vg, j0 + w, j1, o + r * os, os, x, S);
     }
-  }
 }
 
 // Online softmax of one row over tile keys [a, e] (tile-local, inclusive, non-empty): turns the
