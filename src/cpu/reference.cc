@@ -23,10 +23,16 @@ template <typename Values>
 void finish_row(const std::vector<double>& logits, int64_t dv, const Values& values,
                 const TensorView& out, int64_t out_off, const TensorView& lse, int64_t lse_off) {
   double m = kNegInf;
-  for (double l : logits) m = std::max(m, l);
+  bool nan = false;  // a NaN score (from q or K) makes the whole row NaN, its LSE too
+  for (double l : logits) {
+    m = std::max(m, l);
+    nan = nan || std::isnan(l);
+  }
   std::vector<double> acc(static_cast<size_t>(dv), 0.0);
   double denom = 0;
-  if (m != kNegInf) {
+  if (nan) {
+    m = denom = std::numeric_limits<double>::quiet_NaN();
+  } else if (m != kNegInf) {
     for (size_t t = 0; t < logits.size(); ++t) {
       const double w = std::exp(logits[t] - m);
       denom += w;
@@ -34,8 +40,8 @@ void finish_row(const std::vector<double>& logits, int64_t dv, const Values& val
     }
   }
   for (int64_t d = 0; d < dv; ++d)
-    store_from_double(out, out_off + d * out.strides[2], denom > 0 ? acc[d] / denom : 0.0);
-  if (lse.defined()) store_from_double(lse, lse_off, denom > 0 ? m + std::log(denom) : kNegInf);
+    store_from_double(out, out_off + d * out.strides[2], denom == 0 ? 0.0 : acc[d] / denom);
+  if (lse.defined()) store_from_double(lse, lse_off, denom == 0 ? kNegInf : m + std::log(denom));
 }
 
 double cap(double logit, float softcap) {

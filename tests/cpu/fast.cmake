@@ -2,6 +2,7 @@
 flashback_add_test(test_fast_paged cpu test_fast_paged.cc)
 flashback_add_test(test_fast_invariance cpu test_fast_invariance.cc)
 flashback_add_test(test_fast_ops cpu test_fast_ops.cc)
+flashback_add_test(test_fast_nan cpu test_fast_nan.cc)
 flashback_add_test(test_next_rows cpu test_next_rows.cc)
 flashback_add_test(test_stealing_runs cpu test_stealing_runs.cc)
 

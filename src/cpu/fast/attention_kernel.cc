@@ -436,7 +436,9 @@ void Finish(const AttnArgs& a, const Task& t, const float* states, int64_t n) {
         const int64_t r = (gi * t.nt + ti) * t.nh + hi;
         const auto [tok, h] = tok_head(a, t, gi, ti, hi);
         const float m = run[r], l = run[kMaxRows + r];
-        const bool empty = m == kNegInf || !(l > 0);
+        // No key seen (l = 0): zeros and LSE -inf. A NaN score (from q, or from K at a key the
+        // row sees) leaves l NaN, m possibly -inf (a max drops NaNs): the row comes out NaN.
+        const bool empty = l == 0.0f;
         const float inv = empty ? 0.0f : vd / l;
         float* o = run + 2 * kMaxRows + r * dvp;
         for (int64_t d = 0; d < a.head_dim_v; ++d) o[d] = empty ? 0.0f : o[d] * inv;

@@ -84,7 +84,8 @@ HWY_NOINLINE VF tanh_f32(VF x) {
   const auto ax = hn::Max(x, hn::Sub(zero, x));
   const auto t = hn::Exp(df, hn::Mul(hn::Set(df, -2.0f), ax));
   const auto z = hn::Div(hn::Sub(one, t), hn::Add(one, t));
-  return hn::IfThenElse(hn::Lt(x, zero), hn::Sub(zero, z), z);
+  // A NaN stays NaN (Exp does not keep it).
+  return hn::IfThenElse(hn::IsNaN(x), x, hn::IfThenElse(hn::Lt(x, zero), hn::Sub(zero, z), z));
 }
 
 // e^x for x <= 0 (softmax weights, x = score - row maximum): 2^(x · log2 e) as 2^n · 2^f, n the
@@ -93,13 +94,20 @@ HWY_NOINLINE VF tanh_f32(VF x) {
 // weight is 2e-9 of the largest): the weights that shape the output are as exact as Exp's,
 // at about half its instructions (prefill 3-10 %, decode 2 % less time in cache; session 41).
 // Clamped at 2^-125 (x below -86.6 weighs ~2e-38 instead of less or 0), so callers zero the
-// weights of masked keys themselves, as both softmax loops do. A NaN stays NaN: the clamp's
-// Max has x second, and x86's max returns its second operand when either is NaN.
+// weights of masked keys themselves, as both softmax loops do. A NaN stays NaN (SPEC.md §2: a
+// NaN score makes the row NaN): the clamp's Max has x second (x86's max returns its second
+// operand when either is NaN), and 2^n multiplies the polynomial as a float; added into its
+// exponent bits as an integer, n (a NaN converted) turned the NaN into a finite 2.6e38.
 HWY_INLINE VF exp_nonpos(VF x) {
   const DF df;
   const hn::RebindToSigned<DF> di;
   const VF t = hn::Max(hn::Set(df, -125.0f), hn::Mul(x, hn::Set(df, 1.44269504088896341f)));
-  const VF n = hn::Round(t);
+  // r = t + 1.5 · 2^23 + 127 lies in [2^23, 2^24), where floats are the integers: its addition
+  // rounds t to the nearest (even) integer n, r - magic gives n exactly, and r's low mantissa
+  // bits hold n + 127 + 2^22, i.e. (shifted into the exponent field) 2^n as a float.
+  const VF magic = hn::Set(df, 12583039.0f);
+  const VF r = hn::Add(t, magic);
+  const VF n = hn::Sub(r, magic);
   const VF f = hn::Sub(t, n);
   VF p = hn::Set(df, 1.5403530393381608e-4f);
   p = hn::MulAdd(p, f, hn::Set(df, 1.3333558146428443e-3f));
@@ -108,8 +116,10 @@ HWY_INLINE VF exp_nonpos(VF x) {
   p = hn::MulAdd(p, f, hn::Set(df, 0.24022650695910071f));
   p = hn::MulAdd(p, f, hn::Set(df, 0.69314718055994531f));
   p = hn::MulAdd(p, f, hn::Set(df, 1.0f));
-  const auto e = hn::ShiftLeft<23>(hn::ConvertTo(di, n));
-  return hn::BitCast(df, hn::Add(hn::BitCast(di, p), e));
+  // 2^n for n in [-125, 0] is a normal float, so p · 2^n is exact (the bits integer exponent
+  // arithmetic would give).
+  const VF e = hn::BitCast(df, hn::ShiftLeft<23>(hn::BitCast(di, r)));
+  return hn::Mul(p, e);
 }
 
 // fp32 vector from N elements of a row stored as float, bf16 or fp16 (exact widening).
@@ -199,17 +209,20 @@ inline void clear_state(float* st, int64_t rows, int64_t dvp) {
   std::fill(st + 2 * kMaxRows, st + 2 * kMaxRows + rows * dvp, 0.0f);
 }
 
-// run = merge(run, part): the log-sum-exp combination of two partial softmax states.
+// run = merge(run, part): the log-sum-exp combination of two partial softmax states. A state
+// that saw no key has l = 0 (one that saw any has l >= 1: its largest score weighs 1); a NaN
+// score leaves l NaN and m what the max made of it (-inf if every score was NaN), so l, not m,
+// says which states are empty, and a NaN carries through.
 inline void merge_state_rows(float* run, const float* part, int64_t rows, int64_t dvp) {
   const DF df;
   const int64_t N = lanes();
   for (int64_t r = 0; r < rows; ++r) {
     const float pm = part[r];
-    if (pm == kNegInf) continue;
+    if (part[kMaxRows + r] == 0.0f) continue;
     float* o = run + 2 * kMaxRows + r * dvp;
     const float* po = part + 2 * kMaxRows + r * dvp;
     const float rm = run[r];
-    if (rm == kNegInf) {
+    if (run[kMaxRows + r] == 0.0f) {
       run[r] = pm;
       run[kMaxRows + r] = part[kMaxRows + r];
       std::copy(po, po + dvp, o);
