@@ -85,8 +85,8 @@ void expect_nan_where_seen(PagedData& d, const PagedData& ref, const AttentionCa
         if (d.params.lse.defined()) {
           const int64_t at = d.params.lse.offset(q0 + i, h);
           const double l = load_as_double(d.params.lse, at);
-          ASSERT_EQ(std::isnan(l), row_nan) << what << ": lse[" << q0 + i << ", " << h << "] = "
-                                            << l;
+          ASSERT_EQ(std::isnan(l), row_nan)
+              << what << ": lse[" << q0 + i << ", " << h << "] = " << l;
           if (!row_nan) ASSERT_NEAR(l, load_as_double(ref.params.lse, at), 1e-4) << what;
         }
       }
