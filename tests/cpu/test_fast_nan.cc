@@ -1,10 +1,10 @@
-// NaN in the inputs (SPEC.md §2, "NaN inputs"): a NaN in q, or in a K or V element at a key a row
-// sees, reaches that row's output (K or q: every column and the LSE; V: that column), in the
-// oracle and in every fast path, and no other request's or KV head's rows; every other element
-// matches the oracle. A NaN in V at a key a row of the same request and KV head does not see may
-// reach that column of the row (a masked key's zero weight times NaN), in any path but the
-// oracle's. Outputs are poisoned with a finite value here (not NaN), so a NaN in the result is
-// the kernel's own.
+// NaN in the inputs (SPEC.md is silent; ARCHITECTURE.md, "NaN inputs"): a NaN in q, or in a K
+// or V element at a key a row sees, reaches that row's output (K or q: every column and the
+// LSE; V: that column), in the oracle and in every fast path, and no other request's or KV
+// head's rows; every other element matches the oracle. A NaN in V at a key a row of the same
+// request and KV head does not see may reach that column of the row (a masked key's zero weight
+// times NaN), in any path but the oracle's. Outputs are poisoned with a finite value here (not
+// NaN), so a NaN in the result is the kernel's own.
 #include <cmath>
 #include <string>
 #include <vector>

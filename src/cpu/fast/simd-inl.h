@@ -94,10 +94,10 @@ HWY_NOINLINE VF tanh_f32(VF x) {
 // weight is 2e-9 of the largest): the weights that shape the output are as exact as Exp's,
 // at about half its instructions (prefill 3-10 %, decode 2 % less time in cache; session 41).
 // Clamped at 2^-125 (x below -86.6 weighs ~2e-38 instead of less or 0), so callers zero the
-// weights of masked keys themselves, as both softmax loops do. A NaN stays NaN (SPEC.md §2: a
-// NaN score makes the row NaN): the clamp's Max has x second (x86's max returns its second
-// operand when either is NaN), and 2^n multiplies the polynomial as a float; added into its
-// exponent bits as an integer, n (a NaN converted) turned the NaN into a finite 2.6e38.
+// weights of masked keys themselves, as both softmax loops do. A NaN stays NaN (a NaN score
+// makes the row NaN: ARCHITECTURE.md, "NaN inputs"): the clamp's Max has x second (x86's max
+// returns its second operand when either is NaN), and 2^n multiplies the polynomial as a float;
+// added into its exponent bits as an integer, n (a NaN converted) turned the NaN into 2.6e38.
 HWY_INLINE VF exp_nonpos(VF x) {
   const DF df;
   const hn::RebindToSigned<DF> di;
