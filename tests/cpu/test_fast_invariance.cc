@@ -99,6 +99,18 @@ TEST(FastInvariance, LongDecodeAloneOrBatchedAnyThreadCount) {
   expect_invariant(c, 1);
 }
 
+// MHA decode on the tile path (4 KV heads per scoring pass).
+TEST(FastInvariance, MhaDecodeAloneOrBatchedAnyThreadCount) {
+  AttentionCase c;
+  c.heads_q = 8;
+  c.heads_kv = 8;
+  c.head_dim = 128;
+  c.page_size = 16;
+  c.q_lens = {1, 1, 1, 1};
+  c.kv_lens = {300, 1300, 17, 1};
+  expect_invariant(c, 1);
+}
+
 // Many splits of 512 keys (18 and 19): on one thread they run in one call, each split's first
 // tile prefetched by the split before; on two or three they run one per work item.
 TEST(FastInvariance, SplitGroupsWithAndWithoutWindow) {

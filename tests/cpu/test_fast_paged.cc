@@ -112,6 +112,19 @@ const std::vector<Variant>& variants() {
          c.head_dim_v = 512;
          c.kv_dtype = DType::kF8E4M3;
        }},
+      {"8 KV heads",  // MHA decode takes the tile path with 4 KV heads per pass
+       [](AttentionCase& c) {
+         c.heads_q = c.heads_q / c.heads_kv * 8;
+         c.heads_kv = 8;
+       }},
+      {"8 KV heads, head dim 128, across splits",
+       [](AttentionCase& c) {
+         c.heads_q = c.heads_q / c.heads_kv * 8;
+         c.heads_kv = 8;
+         c.head_dim = 128;
+         c.q_lens = {1, 1, 2, 1};
+         c.kv_lens = {700, 33, 530, 1};
+       }},
       {"across splits",  // 512-key splits, decode and extend, causal + window
        [](AttentionCase& c) {
          c.q_lens = {1, 1, 17, 2};

@@ -172,7 +172,9 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
   // Decode over bf16 pairs with whole groups of 4 rows: a tile's scores for all the task's KV
   // heads in one pass, two keys at a time (scores_tile_pairs), then softmax and P·V
   // (pv_tile_pairs).
-  const bool tile_scores = direct && pairs && head_rows % 4 == 0;
+  // MHA (one row per KV head) too, 4 KV heads per pass (scores_tile_heads).
+  const bool tile_scores =
+      direct && pairs && (head_rows % 4 == 0 || (head_rows == 1 && t.ng % 4 == 0));
   if (pairs && direct)
     for (int64_t r = 0; r < rows; ++r) permute_pairs(sc.q.data() + r * qs, a.head_dim, true);
   const int64_t rp = (head_rows + N - 1) / N * N;

@@ -70,18 +70,23 @@ HWY_INLINE void dot_block(const float* q, int64_t qs, Rows k, int64_t len, float
 
 // S = q · k for the 4 rows at q (stride qs) against one key's row k (bf16 pairs), into
 // s[0 .. 3]. Each accumulator sees the MulAdd sequence of dot_block<4, K, Bf16Pairs> and the same
-// lane sums, so a score has the same bits whichever keys share a block.
-HWY_INLINE void dot_rows_1key(const float* q, int64_t qs, const void* k, int64_t len, float* s) {
+// lane sums, so a score has the same bits whichever keys share a block. kRowK: row i has its own
+// K row, at k + i · k_row bytes (4 KV heads of one q row each: MHA), loaded in its turn.
+template <bool kRowK = false>
+HWY_INLINE void dot_rows_1key(const float* q, int64_t qs, const void* k, int64_t len, float* s,
+                              int64_t k_row = 0) {
   const DF df;
   const int64_t N = lanes();
   VF acc[4];
   for (int i = 0; i < 4; ++i) acc[i] = hn::Zero(df);
   for (int64_t x = 0; x < len; x += 2 * N) {
     VF ke, ko;
-    load_pair(k, x, ke, ko);
-    for (int i = 0; i < 4; ++i)
+    if constexpr (!kRowK) load_pair(k, x, ke, ko);
+    for (int i = 0; i < 4; ++i) {
+      if constexpr (kRowK) load_pair(static_cast<const char*>(k) + i * k_row, x, ke, ko);
       acc[i] = hn::MulAdd(hn::LoadU(df, q + i * qs + x + N), ko,
                           hn::MulAdd(hn::LoadU(df, q + i * qs + x), ke, acc[i]));
+    }
   }
   sum4(acc[0], acc[1], acc[2], acc[3], s);
 }
@@ -91,11 +96,12 @@ HWY_INLINE void dot_rows_1key(const float* q, int64_t qs, const void* k, int64_t
 // q twice; each accumulator repeats its MulAdd sequence and lane sums, so a score has the same
 // bits either way). 8 accumulators, 4 key and 2 q vectors: fits 16 registers. kPf: the lines
 // of the two stream rows at pa and pb (2 · len bytes each) are prefetched N / 8 a chunk, which
-// covers both rows exactly when len is a multiple of 32.
-template <bool kPf>
+// covers both rows exactly when len is a multiple of 32. kRowK: row i has its own K rows, at
+// k0 + i · k_row and k1 + i · k_row bytes (MHA: 4 KV heads, one q row each), loaded in its turn.
+template <bool kPf, bool kRowK = false>
 HWY_INLINE void dot_rows_2keys(const float* q, int64_t qs, const void* k0, const void* k1,
                                int64_t len, float* s0, float* s1, const char* pa = nullptr,
-                               const char* pb = nullptr) {
+                               const char* pb = nullptr, int64_t k_row = 0) {
   const DF df;
   const int64_t N = lanes();
   VF acc[4][2];
@@ -111,9 +117,15 @@ HWY_INLINE void dot_rows_2keys(const float* q, int64_t qs, const void* k0, const
       }
     }
     VF ae, ao, be, bo;
-    load_pair(k0, x, ae, ao);
-    load_pair(k1, x, be, bo);
+    if constexpr (!kRowK) {
+      load_pair(k0, x, ae, ao);
+      load_pair(k1, x, be, bo);
+    }
     for (int i = 0; i < 4; ++i) {
+      if constexpr (kRowK) {
+        load_pair(static_cast<const char*>(k0) + i * k_row, x, ae, ao);
+        load_pair(static_cast<const char*>(k1) + i * k_row, x, be, bo);
+      }
       VF qe = hn::LoadU(df, q + i * qs + x), qo = hn::LoadU(df, q + i * qs + x + N);
       pin_register(qe);
       pin_register(qo);
@@ -123,6 +135,36 @@ HWY_INLINE void dot_rows_2keys(const float* q, int64_t qs, const void* k0, const
   }
   sum4(acc[0][0], acc[1][0], acc[2][0], acc[3][0], s0);
   sum4(acc[0][1], acc[1][1], acc[2][1], acc[3][1], s1);
+}
+
+// scores_tile_pairs for one q row per KV head (MHA; heads a multiple of 4): the same key pairs
+// (key w of the tile's first half with key w of its second half), each pass scoring 4 KV heads'
+// rows against their own K rows of both keys (dot_rows_2keys<false, true>), so K is still read
+// slot by slot in address order. The stream takes an even share of `heads` rows per key before
+// each pass. An odd last key goes alone.
+inline void scores_tile_heads(const float* q, int64_t qs, int64_t heads, Rows k,
+                              int64_t k_head_bytes, int64_t len, int64_t j0, int64_t j1, float* s,
+                              int64_t skey, NextRows& next) {
+  const int64_t passes = heads / 4, half = (j1 - j0) / 2;
+  for (int64_t ja = j0; ja < j0 + half; ++ja) {
+    const int64_t jb = ja + half;
+    const char* ka = static_cast<const char*>(k[ja]);
+    const char* kb = static_cast<const char*>(k[jb]);
+    for (int64_t c = 0; c < passes; ++c) {
+      next.step(even_share(2 * heads, c, passes));
+      const int64_t off = 4 * c * k_head_bytes;
+      dot_rows_2keys<false, true>(q + 4 * c * qs, qs, ka + off, kb + off, len,
+                                  s + ja * skey + 4 * c, s + jb * skey + 4 * c, nullptr, nullptr,
+                                  k_head_bytes);
+    }
+  }
+  const int64_t j = j0 + 2 * half;
+  if (j == j1) return;
+  next.step(heads);
+  const char* kr = static_cast<const char*>(k[j]);
+  for (int64_t c = 0; c < passes; ++c)
+    dot_rows_1key<true>(q + 4 * c * qs, qs, kr + 4 * c * k_head_bytes, len, s + j * skey + 4 * c,
+                        k_head_bytes);
 }
 
 // Scores of a whole tile for all `heads` KV heads of a task (bf16 pairs, rows per head a
@@ -145,6 +187,10 @@ HWY_INLINE void dot_rows_2keys(const float* q, int64_t qs, const void* k0, const
 HWY_NOINLINE void scores_tile_pairs(const float* q, int64_t qs, int64_t head_rows, int64_t heads,
                                     Rows k, int64_t k_head_bytes, int64_t len, int64_t j0,
                                     int64_t j1, float* s, int64_t skey, NextRows& next) {
+  if (head_rows == 1) {
+    scores_tile_heads(q, qs, heads, k, k_head_bytes, len, j0, j1, s, skey, next);
+    return;
+  }
   const int64_t groups = head_rows / 4, per_key = heads * groups;  // groups of 4 rows
   // The stream's rows before each group's dot products (a task holds at most kMaxRows rows).
   int64_t share[kMaxRows / 4];
@@ -319,7 +365,7 @@ void accumulate(const float* p, int64_t pkey, int64_t rows, Rows v, int64_t j0, 
   }
 }
 
-// P·V of a whole tile for all `heads` KV heads (bf16 pairs, rows per head a multiple of 4,
+// P·V of a whole tile for all `heads` KV heads (bf16 pairs, rows per head a multiple of 4 or 1,
 // weights transposed: row r, key j at p[r + j · ra]), walked in S = ceil(n / 8) blocks of at
 // most 8 keys (n keys in the tile) and, within a block, head by head. Block w holds keys j0 + w,
 // j0 + w + S, j0 + w + 2S, ...: with the heads of a slot adjacent in memory ([pages, P, H, D]) V
@@ -347,6 +393,14 @@ inline void pv_tile_pairs(const float* p, int64_t ra, int64_t head_rows, int64_t
     for (int64_t g = 0; g < heads; ++g) {
       next.step(per);
       const Rows vg{v.p, v.off + g * v_head_bytes};
+      if (head_rows == 1) {  // MHA: one row, 4 vector pairs of O per pass (8 accumulators)
+        int64_t x = 0;
+        for (; x + 8 * N <= len; x += 8 * N)
+          pv_block<1, 4, Bf16Pairs, 1>(p + g, ra, vg, j0 + w, j1, o + g * os, os, x, S);
+        for (; x < len; x += 2 * N)
+          pv_block<1, 1, Bf16Pairs, 1>(p + g, ra, vg, j0 + w, j1, o + g * os, os, x, S);
+        continue;
+      }
       for (int64_t r = g * head_rows; r < (g + 1) * head_rows; r += 4)
         for (int64_t x = 0; x < len; x += 2 * N)
           pv_block<4, 1, Bf16Pairs, 1>(p + r, ra, vg, j0 + w, j1, o + r * os, os, x, S);
