@@ -182,8 +182,8 @@ inline void scores_tile_heads(const float* q, int64_t qs, int64_t heads, Rows k,
 // prefetched a line per chunk inside its dot products (dot_rows_2keys), else a step before
 // each group. A line per chunk took 6-7 % less time in cache than the step's
 // loop (~25 instructions a row) and equal or 1-3 % less from DRAM (Zen 3, session 41). An odd
-// last key goes alone. Out of line: inlined into RunSplits (as GCC 12 did once the function
-// shrank) decode ran 2-4 % slower.
+// last key goes alone. One q row per KV head (MHA): scores_tile_heads. Out of line: inlined
+// into RunSplits (as GCC 12 did once the function shrank) decode ran 2-4 % slower.
 HWY_NOINLINE void scores_tile_pairs(const float* q, int64_t qs, int64_t head_rows, int64_t heads,
                                     Rows k, int64_t k_head_bytes, int64_t len, int64_t j0,
                                     int64_t j1, float* s, int64_t skey, NextRows& next) {
