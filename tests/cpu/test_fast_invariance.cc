@@ -88,27 +88,18 @@ void expect_invariant(const AttentionCase& c, int64_t x) {
   EXPECT_TRUE(one.out == ref.out && one.lse == ref.lse) << c.describe() << ": num_splits = 1";
 }
 
+// GQA 4, and MHA with 8 KV heads (the tile path, 4 KV heads per scoring pass).
 TEST(FastInvariance, LongDecodeAloneOrBatchedAnyThreadCount) {
-  AttentionCase c;
-  c.heads_q = 8;
-  c.heads_kv = 2;
-  c.head_dim = 128;
-  c.page_size = 16;
-  c.q_lens = {1, 1, 1, 1, 1, 1};
-  c.kv_lens = {300, 1500, 17, 900, 2000, 1};
-  expect_invariant(c, 1);
-}
-
-// MHA decode on the tile path (4 KV heads per scoring pass).
-TEST(FastInvariance, MhaDecodeAloneOrBatchedAnyThreadCount) {
-  AttentionCase c;
-  c.heads_q = 8;
-  c.heads_kv = 8;
-  c.head_dim = 128;
-  c.page_size = 16;
-  c.q_lens = {1, 1, 1, 1};
-  c.kv_lens = {300, 1300, 17, 1};
-  expect_invariant(c, 1);
+  for (int heads_kv : {2, 8}) {
+    AttentionCase c;
+    c.heads_q = 8;
+    c.heads_kv = heads_kv;
+    c.head_dim = 128;
+    c.page_size = 16;
+    c.q_lens = {1, 1, 1, 1, 1, 1};
+    c.kv_lens = {300, 1500, 17, 900, 2000, 1};
+    expect_invariant(c, 1);
+  }
 }
 
 // Many splits of 512 keys (18 and 19): on one thread they run in one call, each split's first
