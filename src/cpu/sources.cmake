@@ -8,6 +8,7 @@ target_sources(flashback PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/fast/amx.cc
   ${CMAKE_CURRENT_LIST_DIR}/fast/attention.cc
   ${CMAKE_CURRENT_LIST_DIR}/fast/attention_kernel.cc
+  ${CMAKE_CURRENT_LIST_DIR}/fast/dpbf16.cc
   ${CMAKE_CURRENT_LIST_DIR}/fast/merge_store.cc)
 target_include_directories(flashback PRIVATE ${HWY_INCLUDE_DIR})
 target_compile_definitions(flashback PRIVATE HWY_SHARED_DEFINE)

@@ -12,9 +12,16 @@ target_include_directories(test_fast_targets PRIVATE ${HWY_INCLUDE_DIR})
 target_compile_definitions(test_fast_targets PRIVATE HWY_SHARED_DEFINE "${FLASHBACK_HWY_DISABLED}")
 target_link_libraries(test_fast_targets PRIVATE ${HWY_LIBRARY})
 
-# On a host with AMX the decode cases above run the AMX score and P·V path (src/cpu/fast/amx.h);
-# these run them again with it off (FLASHBACK_CPU_AMX=0), on the Highway targets' own paths.
+# On a host with AMX the decode cases above run the AMX score and P·V path (src/cpu/fast/amx.h),
+# on one with AVX512-BF16 and no AMX the VDPBF16PS path (src/cpu/fast/dpbf16.h); the _no_amx
+# runs turn AMX off (FLASHBACK_CPU_AMX=0: the VDPBF16PS path where the host has it), the
+# _highway runs both (the Highway targets' own fp32 paths).
 foreach(t test_fast_paged test_fast_invariance test_fast_targets)
   add_test(NAME ${t}_no_amx COMMAND ${t})
   set_tests_properties(${t}_no_amx PROPERTIES LABELS cpu ENVIRONMENT FLASHBACK_CPU_AMX=0)
+endforeach()
+foreach(t test_fast_paged test_fast_invariance test_fast_nan)
+  add_test(NAME ${t}_highway COMMAND ${t})
+  set_tests_properties(${t}_highway PROPERTIES LABELS cpu
+                       ENVIRONMENT "FLASHBACK_CPU_AMX=0;FLASHBACK_CPU_DPBF16=0")
 endforeach()

@@ -19,11 +19,20 @@
 #include <vector>
 
 #include "cpu/fast/amx.h"
+#include "cpu/fast/dpbf16.h"
 #include "cpu/reference.h"
 #endif
 
 HWY_BEFORE_NAMESPACE();
 namespace flashback::cpu_fast::HWY_NAMESPACE {
+
+// The dpbf16 path (dpbf16.h) runs from the AVX-512 targets only, so forcing a lower target
+// (test_fast_targets) runs the fp32 tile path on the same host.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+constexpr bool kDpbf16Target = true;
+#else
+constexpr bool kDpbf16Target = false;
+#endif
 
 struct Scratch {
   LineVector<float> q, k, v, s, part;
@@ -34,7 +43,8 @@ struct Scratch {
   std::vector<const char*> next_list;  // the next tile's rows in prefetch order (NextRows)
   LineVector<float> qt, st, wm, row_lo, row_hi;     // transposed (wide) path
   LineVector<uint16_t> qb, kstage, vstage, pstage;  // AMX (amx.h): packed q, staged K, V, P
-  LineVector<float> row_scale;
+  LineVector<float> row_scale;                      // AMX and dpbf16.h: q_scale of each row
+  LineVector<uint32_t> pwords;                      // dpbf16.h: P as bf16 pairs
 };
 
 Scratch& scratch() {
@@ -91,16 +101,15 @@ void load_q(const AttnArgs& a, const Task& t, int64_t qs, float* q) {
   }
 }
 
-// The AMX path's per-task inputs (amx.h): each KV head's raw bf16 q rows packed as the B
-// operand, the q_scale of each row, and the stage buffers.
-void prepare_amx(const AttnArgs& a, const Task& t, int64_t head_rows, int64_t ra, Scratch& sc) {
-  sc.qb.resize(static_cast<size_t>(t.ng * a.head_dim * head_rows));
-  sc.kstage.resize(static_cast<size_t>(amx::kKeys * t.ng * a.head_dim));
-  sc.vstage.resize(static_cast<size_t>(kTileKeys * a.head_dim_v));
-  sc.pstage.resize(static_cast<size_t>(amx::kPStage));
+// The raw bf16 q rows of the task (row r of KV head gi at rows[r], r < head_rows) handed to
+// pack(gi, rows) per KV head, and the q_scale of each row into sc.row_scale (ra entries, zero
+// past the task's rows): the inputs of the AMX and the dpbf16 paths, which scale the scores.
+template <class Pack>
+void raw_q(const AttnArgs& a, const Task& t, int64_t head_rows, int64_t ra, Scratch& sc,
+           Pack&& pack) {
   sc.row_scale.assign(static_cast<size_t>(ra), 0.0f);
   const auto* qbase = static_cast<const uint16_t*>(a.q);
-  const uint16_t* qrow[amx::kMaxRows];
+  const uint16_t* qrow[kMaxRows];
   for (int64_t gi = 0; gi < t.ng; ++gi) {
     const float f = q_scale(a, t, gi);
     for (int64_t ti = 0; ti < t.nt; ++ti)
@@ -110,8 +119,32 @@ void prepare_amx(const AttnArgs& a, const Task& t, int64_t head_rows, int64_t ra
         qrow[r] = qbase + tok * a.q_s0 + h * a.q_s1;
         sc.row_scale[static_cast<size_t>(gi * head_rows + r)] = f;
       }
-    amx::pack_q(qrow, head_rows, a.head_dim, sc.qb.data() + gi * a.head_dim * head_rows);
+    pack(gi, qrow);
   }
+}
+
+// The AMX path's per-task inputs (amx.h): each KV head's raw bf16 q rows packed as the B
+// operand, the q_scale of each row, and the stage buffers.
+void prepare_amx(const AttnArgs& a, const Task& t, int64_t head_rows, int64_t ra, Scratch& sc) {
+  sc.qb.resize(static_cast<size_t>(t.ng * a.head_dim * head_rows));
+  sc.kstage.resize(static_cast<size_t>(amx::kKeys * t.ng * a.head_dim));
+  sc.vstage.resize(static_cast<size_t>(kTileKeys * a.head_dim_v));
+  sc.pstage.resize(static_cast<size_t>(amx::kPStage));
+  raw_q(a, t, head_rows, ra, sc, [&](int64_t gi, const uint16_t* const* qrow) {
+    amx::pack_q(qrow, head_rows, a.head_dim, sc.qb.data() + gi * a.head_dim * head_rows);
+  });
+}
+
+// The dpbf16 path's (dpbf16.h): the task's raw bf16 q rows packed 4 at a time, the q_scale of
+// each row, and the P stage.
+void prepare_dpbf16(const AttnArgs& a, const Task& t, int64_t head_rows, int64_t ra, Scratch& sc) {
+  const int64_t dims = a.head_dim;
+  sc.qb.resize(static_cast<size_t>(t.ng * head_rows * dims));
+  sc.pwords.resize(static_cast<size_t>(dpbf16::pstage_words(kTileKeys, ra)));
+  raw_q(a, t, head_rows, ra, sc, [&](int64_t gi, const uint16_t* const* qrow) {
+    for (int64_t r = 0; r < head_rows; r += 4)
+      dpbf16::pack_q(qrow + r, dims, sc.qb.data() + (gi * head_rows + r) * dims);
+  });
 }
 
 void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, float* state,
@@ -214,6 +247,13 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
     prepare_amx(a, t, head_rows, ra, sc);
     amx::begin(head_rows);
   }
+  // Elsewhere, on AVX-512 targets, scores and P·V by VDPBF16PS where the host has AVX512-BF16
+  // (dpbf16.h): raw bf16 q and K, P rounded to bf16.
+  const bool use_dpbf16 = kDpbf16Target && !use_amx && tile_scores && head_rows % 4 == 0 &&
+                          a.q_dtype == DType::kBF16 && a.head_dim % 32 == 0 && a.head_dim <= 128 &&
+                          a.head_dim_v % 64 == 0 && 2 * a.head_dim_v <= NextRows::kSpareBytes &&
+                          dpbf16::usable();
+  if (use_dpbf16) prepare_dpbf16(a, t, head_rows, ra, sc);
   if (tile_scores) {
     sc.st.resize(static_cast<size_t>(kTileKeys * ra));
     sc.wm.resize(static_cast<size_t>(ra));
@@ -329,6 +369,9 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
         if (use_amx)
           amx::scores_tile(sc.qb.data(), t.ng, head_rows, a.head_dim, kp, a.k_head * esz, j0, j1,
                            sc.st.data(), ra, sc.row_scale.data(), sc.kstage.data(), &next);
+        else if (use_dpbf16)
+          dpbf16::scores_tile(sc.qb.data(), a.head_dim, head_rows, t.ng, kp, a.k_head * esz, j0, j1,
+                              sc.st.data(), ra, sc.row_scale.data(), next);
         else
           scores_tile_pairs(sc.q.data(), qs, head_rows, t.ng, Rows{kp, 0}, a.k_head * esz, qk_len,
                             j0, j1, sc.st.data(), ra, next);
@@ -345,6 +388,9 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
                          po + r0 * dvp, dvp, a.head_dim_v, sc.vstage.data(), sc.pstage.data(),
                          &next);
           }
+        } else if (use_dpbf16) {
+          dpbf16::pv_tile(sc.st.data(), ra, head_rows, t.ng, vp, a.v_head * esz, j0, j1, po, dvp,
+                          a.head_dim_v, sc.pwords.data(), next);
         } else {
           pv_tile_pairs(sc.st.data(), ra, head_rows, t.ng, Rows{vp, 0}, a.v_head * esz, j0, j1, po,
                         dvp, a.head_dim_v, next);
@@ -416,6 +462,8 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
     }
     if (use_amx)
       for (int64_t r = 0; r < rows; ++r) amx::unsplit_columns(po + r * dvp, dvp, a.head_dim_v);
+    else if (use_dpbf16)
+      for (int64_t r = 0; r < rows; ++r) dpbf16::unsplit_columns(po + r * dvp, a.head_dim_v);
     else if (pairs)
       for (int64_t r = 0; r < rows; ++r) permute_pairs(po + r * dvp, a.head_dim_v, false);
     if (stride == 0) merge_state_rows(state, part, rows, dvp);

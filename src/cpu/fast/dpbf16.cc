@@ -1,0 +1,266 @@
+#include "cpu/fast/dpbf16.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
+
+#include "cpu/fast/attention.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define FLASHBACK_CPU_DPBF16 1
+#include <cpuid.h>
+#include <immintrin.h>
+#endif
+
+namespace flashback::cpu_fast::dpbf16 {
+
+#ifdef FLASHBACK_CPU_DPBF16
+namespace {
+
+bool detect() {
+  const char* env = std::getenv("FLASHBACK_CPU_DPBF16");
+  if (env != nullptr && std::strcmp(env, "0") == 0) return false;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid_count(1, 0, &a, &b, &c, &d) == 0 || ((c >> 27) & 1u) == 0)
+    return false;  // OSXSAVE
+  unsigned lo = 0, hi = 0;
+  __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  if ((lo & 0xE6u) != 0xE6u) return false;  // XMM, YMM, opmask, ZMM state enabled by the OS
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
+  const bool f = (b >> 16) & 1u, bw = (b >> 30) & 1u;
+  if (!f || !bw) return false;
+  if (__get_cpuid_count(7, 1, &a, &b, &c, &d) == 0) return false;
+  return (a >> 5) & 1u;  // AVX512_BF16
+}
+
+#define FLASHBACK_DPBF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+// All lanes: the masked forms of the intrinsics below, as GCC 12's unmasked ones start from an
+// undefined vector and warn (-Wuninitialized).
+constexpr __mmask16 kAll = 0xFFFF;
+
+FLASHBACK_DPBF16_TARGET inline __m512 dot(__m512 acc, __m512i a, __m512i b) {
+  return _mm512_dpbf16_ps(acc, reinterpret_cast<__m512bh>(a), reinterpret_cast<__m512bh>(b));
+}
+
+// Lane sums of acc[i][0] (q row i, key a) to sa[i] and of acc[i][1] to sb[i], times scale[i]
+// (sb - 4 must be addressable).
+// In-lane shuffles first, which run beside the dot products on Zen 4, then three across 128-bit
+// blocks, which take the dot products' pipes (a tree of the latter throughout, ~17 per 8
+// scores, cost as much as a third of the dot products). Every sum adds its 16 lanes in the same
+// order whatever its row and key, so a score's bits do not depend on its partner.
+FLASHBACK_DPBF16_TARGET __attribute__((always_inline)) inline void sums_4x2(
+    const __m512 (&acc)[4][2], const float* scale, float* sa, float* sb) {
+  __m512 s[4];  // row i, each block: (a 0 + 2, a 1 + 3, b 0 + 2, b 1 + 3) of the block's lanes
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i)
+    s[i] = _mm512_add_ps(_mm512_shuffle_ps(acc[i][0], acc[i][1], 0x44),
+                         _mm512_shuffle_ps(acc[i][0], acc[i][1], 0xEE));
+  // Rows 2 m and 2 m + 1, each block: (a r0, b r0, a r1, b r1).
+  const __m512 t0 =
+      _mm512_add_ps(_mm512_shuffle_ps(s[0], s[1], 0x88), _mm512_shuffle_ps(s[0], s[1], 0xDD));
+  const __m512 t1 =
+      _mm512_add_ps(_mm512_shuffle_ps(s[2], s[3], 0x88), _mm512_shuffle_ps(s[2], s[3], 0xDD));
+  // Blocks (t0 0 + 1, t0 2 + 3, t1 0 + 1, t1 2 + 3); then block 0 is t0's sums, block 2 t1's.
+  const __m512 x = _mm512_add_ps(_mm512_maskz_shuffle_f32x4(kAll, t0, t1, 0x88),
+                                 _mm512_maskz_shuffle_f32x4(kAll, t0, t1, 0xDD));
+  const __m512 y = _mm512_add_ps(x, _mm512_maskz_shuffle_f32x4(kAll, x, x, 0xB1));
+  const __m512i order = _mm512_setr_epi32(0, 2, 8, 10, 1, 3, 9, 11, 0, 0, 0, 0, 0, 0, 0, 0);
+  const __m512 f = _mm512_maskz_broadcast_f32x4(kAll, _mm_loadu_ps(scale));
+  const __m512 v = _mm512_mul_ps(_mm512_maskz_permutexvar_ps(kAll, order, y), f);
+  _mm512_mask_storeu_ps(sa, 0x000F, v);
+  _mm512_mask_storeu_ps(sb - 4, 0x00F0, v);  // lanes 4-7 to sb[0 .. 3]
+}
+
+// Scores of one group of 4 q rows (raw bf16, row i at q + 32 C i, held in registers) against all
+// key pairs of the tile (as scores_tile pairs them), K rows at k[j] + koff: rows r0 .. r0 + 3 of
+// st. Per pair 8 K vectors serve 32 dot products; with q loaded per pair instead (key pairs
+// outermost, so K is read in address order across the heads) they ran 10-15 % slower in
+// isolation (PERFORMANCE_CPU.md, session 43). kPf: the pair's share of the stream, a line of pa
+// and of pb per 32 dims (rows of 64 C bytes); else `share` rows stepped before each pair.
+template <int C, bool kPf>
+FLASHBACK_DPBF16_TARGET void scores_group(const uint16_t* q, const void* const* k, int64_t koff,
+                                          int64_t j0, int64_t j1, float* st, int64_t ra, int64_t r0,
+                                          const float* scale, bool pf_two, int64_t share,
+                                          NextRows& next) {
+  __m512i qr[4][C];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i)
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) qr[i][c] = _mm512_loadu_si512(q + 32 * (C * i + c));
+  const int64_t half = (j1 - j0) / 2;
+  float dummy[8];  // an odd key's second sums, at dummy + 4
+  for (int64_t w = 0; w < half + (j1 - j0) % 2; ++w) {
+    // Key w of the tile's first half with key w of its second; an odd last key alone (scored
+    // twice, the second sums dropped: its bits as in a pair).
+    const bool single = w == half;
+    const int64_t ja = single ? j0 + 2 * half : j0 + w, jb = single ? ja : ja + half;
+    const char* ka = static_cast<const char*>(k[ja]) + koff;
+    const char* kb = static_cast<const char*>(k[jb]) + koff;
+    const char* pa = nullptr;
+    const char* pb = nullptr;
+    if constexpr (kPf) {
+      pa = single ? NextRows::spare() : next.take();
+      pb = single || !pf_two ? NextRows::spare() : next.take();
+    } else if (!single) {
+      next.step(share);
+    }
+    const __m512 z = _mm512_setzero_ps();
+    __m512 acc[4][2] = {{z, z}, {z, z}, {z, z}, {z, z}};  // a loop here became a memset
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) {
+      if constexpr (kPf) {
+        __builtin_prefetch(pa + 64 * c, 0, 2);
+        __builtin_prefetch(pb + 64 * c, 0, 2);
+      }
+      const __m512i av = _mm512_loadu_si512(ka + 64 * c), bv = _mm512_loadu_si512(kb + 64 * c);
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) {
+        acc[i][0] = dot(acc[i][0], qr[i][c], av);
+        acc[i][1] = dot(acc[i][1], qr[i][c], bv);
+      }
+    }
+    sums_4x2(acc, scale, st + ja * ra + r0, single ? dummy + 4 : st + jb * ra + r0);
+  }
+}
+
+}  // namespace
+
+bool usable() {
+  static const bool ok = detect();
+  return ok;
+}
+
+void pack_q(const uint16_t* const* rows, int64_t dims, uint16_t* out) {
+  for (int64_t i = 0; i < 4; ++i) std::copy(rows[i], rows[i] + dims, out + i * dims);
+}
+
+FLASHBACK_DPBF16_TARGET void scores_tile(const uint16_t* q, int64_t dims, int64_t head_rows,
+                                         int64_t heads, const void* const* k, int64_t k_head_bytes,
+                                         int64_t j0, int64_t j1, float* st, int64_t ra,
+                                         const float* row_scale, NextRows& next) {
+  const int64_t groups = head_rows / 4, passes = heads * groups;
+  // The stream's share: 2 heads rows per key pair, i.e. 2 / groups per (pair, group) pass (1
+  // or 2), a line per 32 dims inside the dot products when the rows are 2 dims bytes (as
+  // scores_tile_pairs), else stepped before each pair; an odd key's heads rows first.
+  const bool inner = groups <= 2 && next.k_bytes() == 2 * dims && next.v_bytes() == 2 * dims &&
+                     2 * dims <= NextRows::kSpareBytes;
+  if ((j1 - j0) % 2 != 0) next.step(heads);
+  const int64_t share = (2 * heads + passes - 1) / passes;
+  for (int64_t g = 0; g < heads; ++g)
+    for (int64_t i = 0; i < groups; ++i) {
+      const int64_t r0 = (g * groups + i) * 4;
+      const uint16_t* qg = q + r0 * dims;
+      const int64_t koff = g * k_head_bytes;
+      const float* sc = row_scale + r0;
+      auto run = [&](auto c) {
+        constexpr int kC = decltype(c)::value;
+        if (inner)
+          scores_group<kC, true>(qg, k, koff, j0, j1, st, ra, r0, sc, groups == 1, 0, next);
+        else
+          scores_group<kC, false>(qg, k, koff, j0, j1, st, ra, r0, sc, false, share, next);
+      };
+      switch (dims / 32) {
+        case 1:
+          run(std::integral_constant<int, 1>{});
+          break;
+        case 2:
+          run(std::integral_constant<int, 2>{});
+          break;
+        case 3:
+          run(std::integral_constant<int, 3>{});
+          break;
+        default:
+          run(std::integral_constant<int, 4>{});
+          break;
+      }
+    }
+}
+
+FLASHBACK_DPBF16_TARGET void pv_tile(const float* st, int64_t ra, int64_t head_rows, int64_t heads,
+                                     const void* const* v, int64_t v_head_bytes, int64_t j0,
+                                     int64_t j1, float* o, int64_t os, int64_t dv, uint32_t* pstage,
+                                     NextRows& next) {
+  const int64_t rows = heads * head_rows, np = (j1 - j0 + 1) / 2;
+  // The weights of pair p (keys j0 + 2 p and j0 + 2 p + 1, if any) as 32-bit words, the first
+  // key's bf16 in the low half, at pstage[p * ra + r].
+  for (int64_t p = 0; p < np; ++p) {
+    const int64_t ka = j0 + 2 * p, kb = ka + 1;
+    for (int64_t x = 0; x < rows; x += 16) {
+      const __mmask16 m = static_cast<__mmask16>(rows - x >= 16 ? 0xFFFF : (1u << (rows - x)) - 1);
+      const __m512 a = _mm512_maskz_loadu_ps(m, st + ka * ra + x);
+      const __m512 b = kb < j1 ? _mm512_maskz_loadu_ps(m, st + kb * ra + x) : _mm512_setzero_ps();
+      const __m512i lo =
+          _mm512_maskz_cvtepu16_epi32(kAll, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(a)));
+      const __m512i hi =
+          _mm512_maskz_cvtepu16_epi32(kAll, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(b)));
+      _mm512_mask_storeu_epi32(pstage + p * ra + x, m,
+                               _mm512_or_si512(lo, _mm512_maskz_slli_epi32(kAll, hi, 16)));
+    }
+  }
+  const int64_t left = next.slots() - next.at;  // the stream's rows for this P·V
+  for (int64_t g = 0; g < heads; ++g) {
+    const int64_t share = even_share(left, g, heads);
+    const char* vg[kTileKeys + 1];  // the pairs' rows of this head, a zero row past j1
+    for (int64_t j = j0; j < j0 + 2 * np; ++j)
+      vg[j - j0] = j < j1 ? static_cast<const char*>(v[j]) + g * v_head_bytes : NextRows::spare();
+    for (int64_t r0 = g * head_rows; r0 < (g + 1) * head_rows; r0 += 4)
+      for (int64_t h = 0; h < dv / 64; ++h) {
+        const bool stream = r0 == g * head_rows && h == 0;  // the head's first pass
+        __m512 acc[4][4];
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i)
+#pragma GCC unroll 4
+          for (int c = 0; c < 4; ++c)
+            acc[i][c] = _mm512_loadu_ps(o + (r0 + i) * os + 64 * h + 16 * c);
+        for (int64_t p = 0; p < np; ++p) {
+          if (stream) next.step(even_share(share, p, np));
+          const char* va = vg[2 * p] + 128 * h;
+          const char* vb = vg[2 * p + 1] + 128 * h;
+          const __m512i a0 = _mm512_loadu_si512(va), a1 = _mm512_loadu_si512(va + 64);
+          const __m512i b0 = _mm512_loadu_si512(vb), b1 = _mm512_loadu_si512(vb + 64);
+          const __m512i x[4] = {_mm512_unpacklo_epi16(a0, b0), _mm512_unpackhi_epi16(a0, b0),
+                                _mm512_unpacklo_epi16(a1, b1), _mm512_unpackhi_epi16(a1, b1)};
+          const uint32_t* pw = pstage + p * ra + r0;
+#pragma GCC unroll 4
+          for (int i = 0; i < 4; ++i) {
+            const __m512i wt = _mm512_set1_epi32(static_cast<int>(pw[i]));
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; ++c) acc[i][c] = dot(acc[i][c], x[c], wt);
+          }
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i)
+#pragma GCC unroll 4
+          for (int c = 0; c < 4; ++c)
+            _mm512_storeu_ps(o + (r0 + i) * os + 64 * h + 16 * c, acc[i][c]);
+      }
+  }
+}
+
+#undef FLASHBACK_DPBF16_TARGET
+
+#else  // not x86-64
+
+bool usable() { return false; }
+void scores_tile(const uint16_t*, int64_t, int64_t, int64_t, const void* const*, int64_t, int64_t,
+                 int64_t, float*, int64_t, const float*, NextRows&) {}
+void pv_tile(const float*, int64_t, int64_t, int64_t, const void* const*, int64_t, int64_t, int64_t,
+             float*, int64_t, int64_t, uint32_t*, NextRows&) {}
+
+#endif
+
+void unsplit_columns(float* o, int64_t dv) {
+  float t[32];
+  for (int64_t c0 = 0; c0 < dv; c0 += 32) {
+    for (int64_t L = 0; L < 4; ++L)
+      for (int64_t i = 0; i < 4; ++i) {
+        t[8 * L + i] = o[c0 + 4 * L + i];
+        t[8 * L + 4 + i] = o[c0 + 16 + 4 * L + i];
+      }
+    std::copy(t, t + 32, o + c0);
+  }
+}
+
+}  // namespace flashback::cpu_fast::dpbf16

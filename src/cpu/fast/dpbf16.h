@@ -1,0 +1,67 @@
+// Decode (groups of 4 q rows per KV head, bf16 q and K/V) on AVX512-BF16's VDPBF16PS, for the
+// hosts that have it without AMX (Zen 4 and later; Cooper Lake): each instruction multiplies 16
+// pairs of bf16 and adds both products to 16 fp32 lanes, twice the multiply-adds of an fp32 FMA
+// and no bf16 -> fp32 widening. Not a Highway target (Highway 1.0's bf16 dot products widen):
+// one translation unit built with the AVX512-BF16 target attribute, called by the decode path
+// of attention_kernel.cc from its AVX-512 target when dpbf16::usable() says so; everywhere else
+// (no AVX512-BF16, a Highway target below AVX-512, FLASHBACK_CPU_DPBF16=0) the fp32 paths run.
+//
+// Scores: raw bf16 q against K's rows in place (products exact in fp32), the scale applied per
+// row after the lane sums. P·V: P rounded to bf16 (as the AMX path and the GPU kernels have it),
+// two keys' V rows interleaved element by element (an unpack per 32 columns and key pair), so O
+// comes out in a column order of its own (unsplit_columns makes it natural).
+//
+// Why: on a Zen 4 host decode ran at ~60 % of the fp32 FMA peak in cache and, from DRAM, took
+// 2.4 ms where the K/V bytes at the read pass's bandwidth take 1.2 (PERFORMANCE_CPU.md,
+// session 43): compute, not memory, set its pace there.
+#pragma once
+
+#include <cstdint>
+
+#include "cpu/fast/next_rows.h"
+
+namespace flashback::cpu_fast::dpbf16 {
+
+/// The CPU has AVX512-F, -BW and -BF16, the OS saves the ZMM state, and FLASHBACK_CPU_DPBF16 is
+/// not "0".
+bool usable();
+
+/// 32-bit weight pairs of pv_tile's P stage for `ra` rows and a tile of `keys` keys.
+inline int64_t pstage_words(int64_t keys, int64_t ra) { return (keys + 1) / 2 * ra; }
+
+/// Packs a group of 4 q rows (raw bf16) for scores_tile: row i at out + i * dims.
+void pack_q(const uint16_t* const* rows, int64_t dims, uint16_t* out);
+
+/// Raw q.k (times row_scale[r]) of tile keys [j0, j1) for `heads` KV heads of `head_rows` q rows
+/// each (a multiple of 4): rows 4 m .. 4 m + 3 (m = g * head_rows / 4 + group) packed by pack_q
+/// at q + 4 m * dims (`dims` a multiple of 32, at most 128: a group's q stays in registers),
+/// key j's row of head g at k[j] + g * k_head_bytes. Score of row r, key j goes
+/// to st[j * ra + r]. Group by group, keys paired as in scores_tile_pairs (key w of the tile's
+/// first half with key w of its second half); each score's bits do not depend on its partner.
+/// `next` takes `heads` rows per key: with rows of 2 * dims bytes for K and V, a pair's rows a
+/// line per 32 dims inside its dot products, else a step before each pair.
+void scores_tile(const uint16_t* q, int64_t dims, int64_t head_rows, int64_t heads,
+                 const void* const* k, int64_t k_head_bytes, int64_t j0, int64_t j1, float* st,
+                 int64_t ra, const float* row_scale, NextRows& next);
+
+/// O += P V over tile keys [j0, j1) (at most kTileKeys) for `heads` KV heads of `head_rows` rows
+/// each (a multiple of 4): the weight of row r, key j at st[j * ra + r] (rounded to bf16 into
+/// `pstage`, pstage_words(j1 - j0, ra) words), key j's V row of head g at v[j] + g *
+/// v_head_bytes (bf16, `dv` elements, a multiple of 64, 2 dv bytes at most
+/// NextRows::kSpareBytes), O's row r at o + r * os in this path's column order
+/// (unsplit_columns). Head by head, 4 rows and 64 columns at a time held in registers over the
+/// whole tile, keys in pairs of neighbours (j0 + 2 p, j0 + 2 p + 1), their V rows interleaved
+/// by an unpack per 32 columns; an odd last key's partner weighs 0 against a row of zeros. O
+/// goes through L1 once per (head, tile): blocks of 8 keys (pv_tile_pairs' order, V in address
+/// order across the heads) took ~30 % more time in isolation (PERFORMANCE_CPU.md, session 43).
+/// Each O element's operation sequence depends only on j1 - j0. `next` takes an even share of
+/// its remaining slots over each head's first pass.
+void pv_tile(const float* st, int64_t ra, int64_t head_rows, int64_t heads, const void* const* v,
+             int64_t v_head_bytes, int64_t j0, int64_t j1, float* o, int64_t os, int64_t dv,
+             uint32_t* pstage, NextRows& next);
+
+/// One O row of pv_tile's column order back to natural order, in place. Within each 32 columns,
+/// columns 8 L + i and 8 L + 4 + i (L, i < 4) sit at 4 L + i and 16 + 4 L + i.
+void unsplit_columns(float* o, int64_t dv);
+
+}  // namespace flashback::cpu_fast::dpbf16
