@@ -125,6 +125,40 @@ FLASHBACK_DPBF16_TARGET void scores_group(const uint16_t* q, const void* const* 
   }
 }
 
+// O rows i < 4 (at o + i * os), 64 columns in this path's order, += the weights of np key pairs
+// (pair p: rows vg[2 p], vg[2 p + 1] at byte offset off; row i's word at pw[p * pws + i]). Out of
+// line: inlined into pv_tile, GCC 12 spilled an accumulator in the key loop.
+FLASHBACK_DPBF16_TARGET __attribute__((noinline)) void pv_rows4(const char* const* vg, int64_t np,
+                                                                int64_t off, const uint32_t* pw,
+                                                                int64_t pws, float* o, int64_t os) {
+  __m512 acc[4][4];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i)
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) acc[i][c] = _mm512_loadu_ps(o + i * os + 16 * c);
+#pragma GCC unroll 1
+  for (int64_t p = 0; p < np; ++p, pw += pws) {
+    const char* va = vg[2 * p] + off;
+    const char* vb = vg[2 * p + 1] + off;
+    __m512i a0 = _mm512_loadu_si512(va), a1 = _mm512_loadu_si512(va + 64);
+    __m512i b0 = _mm512_loadu_si512(vb), b1 = _mm512_loadu_si512(vb + 64);
+    // Each row once in a register (an unpack's memory operand loaded it twice).
+    __asm__("" : "+v"(a0), "+v"(a1), "+v"(b0), "+v"(b1));
+    const __m512i x[4] = {_mm512_unpacklo_epi16(a0, b0), _mm512_unpackhi_epi16(a0, b0),
+                          _mm512_unpacklo_epi16(a1, b1), _mm512_unpackhi_epi16(a1, b1)};
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+      const __m512i wt = _mm512_set1_epi32(static_cast<int>(pw[i]));
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) acc[i][c] = dot(acc[i][c], x[c], wt);
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i)
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) _mm512_storeu_ps(o + i * os + 16 * c, acc[i][c]);
+}
+
 }  // namespace
 
 bool usable() {
@@ -182,60 +216,49 @@ FLASHBACK_DPBF16_TARGET void pv_tile(const float* st, int64_t ra, int64_t head_r
                                      const void* const* v, int64_t v_head_bytes, int64_t j0,
                                      int64_t j1, float* o, int64_t os, int64_t dv, uint32_t* pstage,
                                      NextRows& next) {
-  const int64_t rows = heads * head_rows, np = (j1 - j0 + 1) / 2;
-  // The weights of pair p (keys j0 + 2 p and j0 + 2 p + 1, if any) as 32-bit words, the first
-  // key's bf16 in the low half, at pstage[p * ra + r].
-  for (int64_t p = 0; p < np; ++p) {
-    const int64_t ka = j0 + 2 * p, kb = ka + 1;
-    for (int64_t x = 0; x < rows; x += 16) {
-      const __mmask16 m = static_cast<__mmask16>(rows - x >= 16 ? 0xFFFF : (1u << (rows - x)) - 1);
-      const __m512 a = _mm512_maskz_loadu_ps(m, st + ka * ra + x);
-      const __m512 b = kb < j1 ? _mm512_maskz_loadu_ps(m, st + kb * ra + x) : _mm512_setzero_ps();
-      const __m512i lo =
-          _mm512_maskz_cvtepu16_epi32(kAll, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(a)));
-      const __m512i hi =
-          _mm512_maskz_cvtepu16_epi32(kAll, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(b)));
-      _mm512_mask_storeu_epi32(pstage + p * ra + x, m,
-                               _mm512_or_si512(lo, _mm512_maskz_slli_epi32(kAll, hi, 16)));
-    }
-  }
-  const int64_t left = next.slots() - next.at;  // the stream's rows for this P·V
-  for (int64_t g = 0; g < heads; ++g) {
-    const int64_t share = even_share(left, g, heads);
-    const char* vg[kTileKeys + 1];  // the pairs' rows of this head, a zero row past j1
-    for (int64_t j = j0; j < j0 + 2 * np; ++j)
-      vg[j - j0] = j < j1 ? static_cast<const char*>(v[j]) + g * v_head_bytes : NextRows::spare();
-    for (int64_t r0 = g * head_rows; r0 < (g + 1) * head_rows; r0 += 4)
-      for (int64_t h = 0; h < dv / 64; ++h) {
-        const bool stream = r0 == g * head_rows && h == 0;  // the head's first pass
-        __m512 acc[4][4];
-#pragma GCC unroll 4
-        for (int i = 0; i < 4; ++i)
-#pragma GCC unroll 4
-          for (int c = 0; c < 4; ++c)
-            acc[i][c] = _mm512_loadu_ps(o + (r0 + i) * os + 64 * h + 16 * c);
-        for (int64_t p = 0; p < np; ++p) {
-          if (stream) next.step(even_share(share, p, np));
-          const char* va = vg[2 * p] + 128 * h;
-          const char* vb = vg[2 * p + 1] + 128 * h;
-          const __m512i a0 = _mm512_loadu_si512(va), a1 = _mm512_loadu_si512(va + 64);
-          const __m512i b0 = _mm512_loadu_si512(vb), b1 = _mm512_loadu_si512(vb + 64);
-          const __m512i x[4] = {_mm512_unpacklo_epi16(a0, b0), _mm512_unpackhi_epi16(a0, b0),
-                                _mm512_unpacklo_epi16(a1, b1), _mm512_unpackhi_epi16(a1, b1)};
-          const uint32_t* pw = pstage + p * ra + r0;
-#pragma GCC unroll 4
-          for (int i = 0; i < 4; ++i) {
-            const __m512i wt = _mm512_set1_epi32(static_cast<int>(pw[i]));
-#pragma GCC unroll 4
-            for (int c = 0; c < 4; ++c) acc[i][c] = dot(acc[i][c], x[c], wt);
-          }
-        }
-#pragma GCC unroll 4
-        for (int i = 0; i < 4; ++i)
-#pragma GCC unroll 4
-          for (int c = 0; c < 4; ++c)
-            _mm512_storeu_ps(o + (r0 + i) * os + 64 * h + 16 * c, acc[i][c]);
+  const int64_t n = j1 - j0, rows = heads * head_rows;
+  const int64_t S = (n + 2 * kBlockPairs - 1) / (2 * kBlockPairs);  // blocks, the key step
+  // Pairs in block w: its keys j0 + w + m S below j1, two at a time.
+  const auto pairs_in = [&](int64_t w) { return ((n - w + S - 1) / S + 1) / 2; };
+  // The weights of pair p of block w (keys j0 + w + 2 p S and the one S after it, if any) as
+  // 32-bit words, the first key's bf16 in the low half, at pstage[(w * kBlockPairs + p) * ra + r].
+  for (int64_t w = 0; w < S; ++w)
+    for (int64_t p = 0; p < pairs_in(w); ++p) {
+      const int64_t ka = j0 + w + 2 * p * S, kb = ka + S;
+      uint32_t* dst = pstage + (w * kBlockPairs + p) * ra;
+      for (int64_t x = 0; x < rows; x += 16) {
+        const __mmask16 m =
+            static_cast<__mmask16>(rows - x >= 16 ? 0xFFFF : (1u << (rows - x)) - 1);
+        const __m512 a = _mm512_maskz_loadu_ps(m, st + ka * ra + x);
+        const __m512 b = kb < j1 ? _mm512_maskz_loadu_ps(m, st + kb * ra + x) : _mm512_setzero_ps();
+        const __m512i lo =
+            _mm512_maskz_cvtepu16_epi32(kAll, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(a)));
+        const __m512i hi =
+            _mm512_maskz_cvtepu16_epi32(kAll, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(b)));
+        _mm512_mask_storeu_epi32(dst + x, m,
+                                 _mm512_or_si512(lo, _mm512_maskz_slli_epi32(kAll, hi, 16)));
       }
+    }
+  const int64_t per = (next.slots() - next.at + S * heads - 1) / (S * heads);
+  for (int64_t w = 0; w < S; ++w) {
+    const int64_t np = pairs_in(w);
+    // The block's rows of head 0, as pairs (a missing second key: a row of zeros).
+    const char* vr[2 * kBlockPairs];
+    for (int64_t p = 0; p < np; ++p) {
+      const int64_t ka = j0 + w + 2 * p * S, kb = ka + S;
+      vr[2 * p] = static_cast<const char*>(v[ka]);
+      vr[2 * p + 1] = kb < j1 ? static_cast<const char*>(v[kb]) : nullptr;
+    }
+    for (int64_t g = 0; g < heads; ++g) {
+      next.step(per);
+      const char* vg[2 * kBlockPairs];
+      for (int64_t x = 0; x < 2 * np; ++x)
+        vg[x] = vr[x] != nullptr ? vr[x] + g * v_head_bytes : NextRows::spare();
+      for (int64_t r0 = g * head_rows; r0 < (g + 1) * head_rows; r0 += 4)
+        for (int64_t h = 0; h < dv / 64; ++h)
+          pv_rows4(vg, np, 128 * h, pstage + w * kBlockPairs * ra + r0, ra, o + r0 * os + 64 * h,
+                   os);
+    }
   }
 }
 

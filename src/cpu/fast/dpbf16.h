@@ -26,8 +26,13 @@ namespace flashback::cpu_fast::dpbf16 {
 /// not "0".
 bool usable();
 
+/// Key pairs per P·V block (8 keys: pv_tile_pairs' blocks).
+inline constexpr int64_t kBlockPairs = 4;
+
 /// 32-bit weight pairs of pv_tile's P stage for `ra` rows and a tile of `keys` keys.
-inline int64_t pstage_words(int64_t keys, int64_t ra) { return (keys + 1) / 2 * ra; }
+inline int64_t pstage_words(int64_t keys, int64_t ra) {
+  return (keys + 2 * kBlockPairs - 1) / (2 * kBlockPairs) * kBlockPairs * ra;
+}
 
 /// Packs a group of 4 q rows (raw bf16) for scores_tile: row i at out + i * dims.
 void pack_q(const uint16_t* const* rows, int64_t dims, uint16_t* out);
@@ -44,18 +49,19 @@ void scores_tile(const uint16_t* q, int64_t dims, int64_t head_rows, int64_t hea
                  const void* const* k, int64_t k_head_bytes, int64_t j0, int64_t j1, float* st,
                  int64_t ra, const float* row_scale, NextRows& next);
 
-/// O += P V over tile keys [j0, j1) (at most kTileKeys) for `heads` KV heads of `head_rows` rows
-/// each (a multiple of 4): the weight of row r, key j at st[j * ra + r] (rounded to bf16 into
-/// `pstage`, pstage_words(j1 - j0, ra) words), key j's V row of head g at v[j] + g *
-/// v_head_bytes (bf16, `dv` elements, a multiple of 64, 2 dv bytes at most
-/// NextRows::kSpareBytes), O's row r at o + r * os in this path's column order
-/// (unsplit_columns). Head by head, 4 rows and 64 columns at a time held in registers over the
-/// whole tile, keys in pairs of neighbours (j0 + 2 p, j0 + 2 p + 1), their V rows interleaved
-/// by an unpack per 32 columns; an odd last key's partner weighs 0 against a row of zeros. O
-/// goes through L1 once per (head, tile): blocks of 8 keys (pv_tile_pairs' order, V in address
-/// order across the heads) took ~30 % more time in isolation (PERFORMANCE_CPU.md, session 43).
-/// Each O element's operation sequence depends only on j1 - j0. `next` takes an even share of
-/// its remaining slots over each head's first pass.
+/// O += P V over tile keys [j0, j1) for `heads` KV heads of `head_rows` rows each (a multiple of
+/// 4): the weight of row r, key j at st[j * ra + r] (rounded to bf16 into `pstage`,
+/// pstage_words(j1 - j0, ra) words), key j's V row of head g at v[j] + g * v_head_bytes (bf16,
+/// `dv` elements, a multiple of 64, 2 dv bytes at most NextRows::kSpareBytes), O's row r at o +
+/// r * os in this path's column order (unsplit_columns). Keys go in pv_tile_pairs' blocks (S =
+/// ceil(n / 8) blocks, block w holding keys j0 + w, j0 + w + S, ...: with the heads of a slot
+/// adjacent in memory each 4 KB page of V is read by one ascending run), a block's keys in pairs
+/// of consecutive members whose V rows are interleaved by an unpack per 32 columns; a pair's
+/// missing second key weighs 0 against a row of zeros. Within a block, head by head, 4 rows and
+/// 64 columns of O in registers. Head by head over the whole tile instead (O through L1 once per
+/// head, not once per block) took ~25 % less time in cache but ~15 % more from DRAM
+/// (PERFORMANCE_CPU.md, session 43). Each O element's operation sequence depends only on n.
+/// `next` takes an even share of its remaining slots before each (block, head).
 void pv_tile(const float* st, int64_t ra, int64_t head_rows, int64_t heads, const void* const* v,
              int64_t v_head_bytes, int64_t j0, int64_t j1, float* o, int64_t os, int64_t dv,
              uint32_t* pstage, NextRows& next);
