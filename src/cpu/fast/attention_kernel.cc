@@ -250,7 +250,7 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
   // Elsewhere, on AVX-512 targets, scores and P·V by VDPBF16PS where the host has AVX512-BF16
   // (dpbf16.h): raw bf16 q and K, P rounded to bf16.
   const bool use_dpbf16 = kDpbf16Target && !use_amx && tile_scores && head_rows % 4 == 0 &&
-                          a.q_dtype == DType::kBF16 && a.head_dim % 32 == 0 && a.head_dim <= 128 &&
+                          a.q_dtype == DType::kBF16 && a.head_dim % 32 == 0 &&
                           a.head_dim_v % 64 == 0 && 2 * a.head_dim_v <= NextRows::kSpareBytes &&
                           dpbf16::usable();
   if (use_dpbf16) prepare_dpbf16(a, t, head_rows, ra, sc);

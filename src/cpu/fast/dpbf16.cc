@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <type_traits>
 
 #include "cpu/fast/attention.h"
 
@@ -73,56 +72,27 @@ FLASHBACK_DPBF16_TARGET __attribute__((always_inline)) inline void sums_4x2(
   _mm512_mask_storeu_ps(sb - 4, 0x00F0, v);  // lanes 4-7 to sb[0 .. 3]
 }
 
-// Scores of one group of 4 q rows (raw bf16, row i at q + 32 C i, held in registers) against all
-// key pairs of the tile (as scores_tile pairs them), K rows at k[j] + koff: rows r0 .. r0 + 3 of
-// st. Per pair 8 K vectors serve 32 dot products; with q loaded per pair instead (key pairs
-// outermost, so K is read in address order across the heads) they ran 10-15 % slower in
-// isolation (PERFORMANCE_CPU.md, session 43). kPf: the pair's share of the stream, a line of pa
-// and of pb per 32 dims (rows of 64 C bytes); else `share` rows stepped before each pair.
-template <int C, bool kPf>
-FLASHBACK_DPBF16_TARGET void scores_group(const uint16_t* q, const void* const* k, int64_t koff,
-                                          int64_t j0, int64_t j1, float* st, int64_t ra, int64_t r0,
-                                          const float* scale, bool pf_two, int64_t share,
-                                          NextRows& next) {
-  __m512i qr[4][C];
+// Scores of one group of 4 q rows (raw bf16, row i at q + i * dims) against keys ka and kb, times
+// scale[i], to sa[i] and sb[i] (sb - 4 addressable); a line of pa and of pb prefetched per 32
+// dims (the stream's rows, 2 dims bytes each). Each loaded K vector serves 4 dot products, each
+// q vector 2.
+FLASHBACK_DPBF16_TARGET __attribute__((always_inline)) inline void dot_rows_2keys(
+    const uint16_t* q, int64_t dims, const char* ka, const char* kb, float* sa, float* sb,
+    const float* scale, const char* pa, const char* pb) {
+  const __m512 z = _mm512_setzero_ps();
+  __m512 acc[4][2] = {{z, z}, {z, z}, {z, z}, {z, z}};  // a loop here became a memset
+  for (int64_t c = 0; c < dims / 32; ++c) {
+    __builtin_prefetch(pa + 64 * c, 0, 2);
+    __builtin_prefetch(pb + 64 * c, 0, 2);
+    const __m512i av = _mm512_loadu_si512(ka + 64 * c), bv = _mm512_loadu_si512(kb + 64 * c);
 #pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i)
-#pragma GCC unroll 4
-    for (int c = 0; c < C; ++c) qr[i][c] = _mm512_loadu_si512(q + 32 * (C * i + c));
-  const int64_t half = (j1 - j0) / 2;
-  float dummy[8];  // an odd key's second sums, at dummy + 4
-  for (int64_t w = 0; w < half + (j1 - j0) % 2; ++w) {
-    // Key w of the tile's first half with key w of its second; an odd last key alone (scored
-    // twice, the second sums dropped: its bits as in a pair).
-    const bool single = w == half;
-    const int64_t ja = single ? j0 + 2 * half : j0 + w, jb = single ? ja : ja + half;
-    const char* ka = static_cast<const char*>(k[ja]) + koff;
-    const char* kb = static_cast<const char*>(k[jb]) + koff;
-    const char* pa = nullptr;
-    const char* pb = nullptr;
-    if constexpr (kPf) {
-      pa = single ? NextRows::spare() : next.take();
-      pb = single || !pf_two ? NextRows::spare() : next.take();
-    } else if (!single) {
-      next.step(share);
+    for (int i = 0; i < 4; ++i) {
+      const __m512i qv = _mm512_loadu_si512(q + i * dims + 32 * c);
+      acc[i][0] = dot(acc[i][0], qv, av);
+      acc[i][1] = dot(acc[i][1], qv, bv);
     }
-    const __m512 z = _mm512_setzero_ps();
-    __m512 acc[4][2] = {{z, z}, {z, z}, {z, z}, {z, z}};  // a loop here became a memset
-#pragma GCC unroll 4
-    for (int c = 0; c < C; ++c) {
-      if constexpr (kPf) {
-        __builtin_prefetch(pa + 64 * c, 0, 2);
-        __builtin_prefetch(pb + 64 * c, 0, 2);
-      }
-      const __m512i av = _mm512_loadu_si512(ka + 64 * c), bv = _mm512_loadu_si512(kb + 64 * c);
-#pragma GCC unroll 4
-      for (int i = 0; i < 4; ++i) {
-        acc[i][0] = dot(acc[i][0], qr[i][c], av);
-        acc[i][1] = dot(acc[i][1], qr[i][c], bv);
-      }
-    }
-    sums_4x2(acc, scale, st + ja * ra + r0, single ? dummy + 4 : st + jb * ra + r0);
   }
+  sums_4x2(acc, scale, sa, sb);
 }
 
 // O rows i < 4 (at o + i * os), 64 columns in this path's order, += the weights of np key pairs
@@ -174,42 +144,42 @@ FLASHBACK_DPBF16_TARGET void scores_tile(const uint16_t* q, int64_t dims, int64_
                                          int64_t heads, const void* const* k, int64_t k_head_bytes,
                                          int64_t j0, int64_t j1, float* st, int64_t ra,
                                          const float* row_scale, NextRows& next) {
-  const int64_t groups = head_rows / 4, passes = heads * groups;
-  // The stream's share: 2 heads rows per key pair, i.e. 2 / groups per (pair, group) pass (1
-  // or 2), a line per 32 dims inside the dot products when the rows are 2 dims bytes (as
-  // scores_tile_pairs), else stepped before each pair; an odd key's heads rows first.
+  const int64_t groups = head_rows / 4, per_key = heads * groups;
+  // The stream's share: 2 heads rows per key pair, i.e. 2 / groups per (pair, group) (1 or 2),
+  // a line per 32 dims inside the dot products when the rows are 2 dims bytes (as
+  // scores_tile_pairs), else stepped before each group; an odd key's heads rows first.
   const bool inner = groups <= 2 && next.k_bytes() == 2 * dims && next.v_bytes() == 2 * dims &&
                      2 * dims <= NextRows::kSpareBytes;
   if ((j1 - j0) % 2 != 0) next.step(heads);
-  const int64_t share = (2 * heads + passes - 1) / passes;
-  for (int64_t g = 0; g < heads; ++g)
-    for (int64_t i = 0; i < groups; ++i) {
-      const int64_t r0 = (g * groups + i) * 4;
-      const uint16_t* qg = q + r0 * dims;
-      const int64_t koff = g * k_head_bytes;
-      const float* sc = row_scale + r0;
-      auto run = [&](auto c) {
-        constexpr int kC = decltype(c)::value;
-        if (inner)
-          scores_group<kC, true>(qg, k, koff, j0, j1, st, ra, r0, sc, groups == 1, 0, next);
-        else
-          scores_group<kC, false>(qg, k, koff, j0, j1, st, ra, r0, sc, false, share, next);
-      };
-      switch (dims / 32) {
-        case 1:
-          run(std::integral_constant<int, 1>{});
-          break;
-        case 2:
-          run(std::integral_constant<int, 2>{});
-          break;
-        case 3:
-          run(std::integral_constant<int, 3>{});
-          break;
-        default:
-          run(std::integral_constant<int, 4>{});
-          break;
+  const int64_t half = (j1 - j0) / 2;
+  float dummy[8];  // an odd key's second sums, at dummy + 4
+  for (int64_t w = 0; w < half + (j1 - j0) % 2; ++w) {
+    // Key w of the tile's first half with key w of its second (K read as two address-ordered
+    // runs, as in scores_tile_pairs); an odd last key alone (scored twice, the second sums
+    // dropped: its bits as in a pair).
+    const bool single = w == half;
+    const int64_t ja = single ? j0 + 2 * half : j0 + w, jb = single ? ja : ja + half;
+    const char* ka = static_cast<const char*>(k[ja]);
+    const char* kb = static_cast<const char*>(k[jb]);
+    const uint16_t* qc = q;
+    const float* sc = row_scale;
+    float* sa = st + ja * ra;
+    float* sb = single ? dummy + 4 : st + jb * ra;
+    int64_t c = 0;
+    for (int64_t g = 0; g < heads; ++g, ka += k_head_bytes, kb += k_head_bytes)
+      for (int64_t i = 0; i < groups; ++i, ++c, qc += 4 * dims, sc += 4, sa += 4) {
+        const char* pa = NextRows::spare();
+        const char* pb = NextRows::spare();
+        if (!single && inner) {
+          pa = next.take();
+          if (groups == 1) pb = next.take();
+        } else if (!single) {
+          next.step(even_share(2 * heads, c, per_key));
+        }
+        dot_rows_2keys(qc, dims, ka, kb, sa, sb, sc, pa, pb);
+        if (!single) sb += 4;
       }
-    }
+  }
 }
 
 FLASHBACK_DPBF16_TARGET void pv_tile(const float* st, int64_t ra, int64_t head_rows, int64_t heads,

@@ -39,12 +39,15 @@ void pack_q(const uint16_t* const* rows, int64_t dims, uint16_t* out);
 
 /// Raw q.k (times row_scale[r]) of tile keys [j0, j1) for `heads` KV heads of `head_rows` q rows
 /// each (a multiple of 4): rows 4 m .. 4 m + 3 (m = g * head_rows / 4 + group) packed by pack_q
-/// at q + 4 m * dims (`dims` a multiple of 32, at most 128: a group's q stays in registers),
-/// key j's row of head g at k[j] + g * k_head_bytes. Score of row r, key j goes
-/// to st[j * ra + r]. Group by group, keys paired as in scores_tile_pairs (key w of the tile's
-/// first half with key w of its second half); each score's bits do not depend on its partner.
-/// `next` takes `heads` rows per key: with rows of 2 * dims bytes for K and V, a pair's rows a
-/// line per 32 dims inside its dot products, else a step before each pair.
+/// at q + 4 m * dims (`dims` a multiple of 32), key j's row of head g at k[j] + g *
+/// k_head_bytes. Score of row r, key j goes
+/// to st[j * ra + r]. Keys are paired as in scores_tile_pairs (key w of the tile's first half
+/// with key w of its second half: K read as two address-ordered runs), each pair against every
+/// group; each score's bits do not depend on its partner. Group by group over the whole tile
+/// instead (a group's q held in registers) took ~10 % less time in isolation but ~7 % more from
+/// DRAM (PERFORMANCE_CPU.md, session 43). `next` takes `heads` rows per key: with rows of 2 *
+/// dims bytes for K and V, a pair's rows a line per 32 dims inside its dot products, else a
+/// step before each group.
 void scores_tile(const uint16_t* q, int64_t dims, int64_t head_rows, int64_t heads,
                  const void* const* k, int64_t k_head_bytes, int64_t j0, int64_t j1, float* st,
                  int64_t ra, const float* row_scale, NextRows& next);
