@@ -44,11 +44,10 @@ FLASHBACK_DPBF16_TARGET inline __m512 dot(__m512 acc, __m512i a, __m512i b) {
 }
 
 // Lane sums of acc[i][0] (q row i, key a) to sa[i] and of acc[i][1] to sb[i], times scale[i]
-// (sb - 4 must be addressable).
-// In-lane shuffles first, which run beside the dot products on Zen 4, then three across 128-bit
-// blocks, which take the dot products' pipes (a tree of the latter throughout, ~17 per 8
-// scores, cost as much as a third of the dot products). Every sum adds its 16 lanes in the same
-// order whatever its row and key, so a score's bits do not depend on its partner.
+// (sb - 4 must be addressable). In-lane shuffles first, which run beside the dot products on Zen
+// 4, then three across 128-bit blocks, which take the dot products' pipes (a tree of the latter
+// throughout, ~17 per 8 scores, cost as much as a third of the dot products). Every sum adds its 16
+// lanes in the same order whatever its row and key, so a score's bits do not depend on its partner.
 FLASHBACK_DPBF16_TARGET __attribute__((always_inline)) inline void sums_4x2(
     const __m512 (&acc)[4][2], const float* scale, float* sa, float* sb) {
   __m512 s[4];  // row i, each block: (a 0 + 2, a 1 + 3, b 0 + 2, b 1 + 3) of the block's lanes

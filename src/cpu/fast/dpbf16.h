@@ -11,9 +11,9 @@
 // two keys' V rows interleaved element by element (an unpack per 32 columns and key pair), so O
 // comes out in a column order of its own (unsplit_columns makes it natural).
 //
-// Why: on a Zen 4 host decode ran at ~60 % of the fp32 FMA peak in cache and, from DRAM, took
-// 2.4 ms where the K/V bytes at the read pass's bandwidth take 1.2 (PERFORMANCE_CPU.md,
-// session 43): compute, not memory, set its pace there.
+// Why: on a Zen 4 host the fp32 path ran decode at ~60 % of the fp32 FMA peak with K/V in L3;
+// this path takes 0.78x its time there and 0.97x from DRAM, where moving K and V through the
+// core, not arithmetic, holds decode (PERFORMANCE_CPU.md, session 43).
 #pragma once
 
 #include <cstdint>
