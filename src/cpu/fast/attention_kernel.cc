@@ -135,15 +135,15 @@ void prepare_amx(const AttnArgs& a, const Task& t, int64_t head_rows, int64_t ra
   });
 }
 
-// The dpbf16 path's (dpbf16.h): the task's raw bf16 q rows packed 4 at a time, the q_scale of
+// The dpbf16 path's (dpbf16.h): the task's raw bf16 q rows one after another, the q_scale of
 // each row, and the P stage.
 void prepare_dpbf16(const AttnArgs& a, const Task& t, int64_t head_rows, int64_t ra, Scratch& sc) {
   const int64_t dims = a.head_dim;
   sc.qb.resize(static_cast<size_t>(t.ng * head_rows * dims));
   sc.pwords.resize(static_cast<size_t>(dpbf16::pstage_words(kTileKeys, ra)));
   raw_q(a, t, head_rows, ra, sc, [&](int64_t gi, const uint16_t* const* qrow) {
-    for (int64_t r = 0; r < head_rows; r += 4)
-      dpbf16::pack_q(qrow + r, dims, sc.qb.data() + (gi * head_rows + r) * dims);
+    for (int64_t r = 0; r < head_rows; ++r)
+      std::copy(qrow[r], qrow[r] + dims, sc.qb.data() + (gi * head_rows + r) * dims);
   });
 }
 

@@ -4,8 +4,6 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "cpu/fast/attention.h"
-
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define FLASHBACK_CPU_DPBF16 1
 #include <cpuid.h>
@@ -133,10 +131,6 @@ FLASHBACK_DPBF16_TARGET __attribute__((noinline)) void pv_rows4(const char* cons
 bool usable() {
   static const bool ok = detect();
   return ok;
-}
-
-void pack_q(const uint16_t* const* rows, int64_t dims, uint16_t* out) {
-  for (int64_t i = 0; i < 4; ++i) std::copy(rows[i], rows[i] + dims, out + i * dims);
 }
 
 FLASHBACK_DPBF16_TARGET void scores_tile(const uint16_t* q, int64_t dims, int64_t head_rows,

@@ -34,13 +34,9 @@ inline int64_t pstage_words(int64_t keys, int64_t ra) {
   return (keys + 2 * kBlockPairs - 1) / (2 * kBlockPairs) * kBlockPairs * ra;
 }
 
-/// Packs a group of 4 q rows (raw bf16) for scores_tile: row i at out + i * dims.
-void pack_q(const uint16_t* const* rows, int64_t dims, uint16_t* out);
-
 /// Raw q.k (times row_scale[r]) of tile keys [j0, j1) for `heads` KV heads of `head_rows` q rows
-/// each (a multiple of 4): rows 4 m .. 4 m + 3 (m = g * head_rows / 4 + group) packed by pack_q
-/// at q + 4 m * dims (`dims` a multiple of 32), key j's row of head g at k[j] + g *
-/// k_head_bytes. Score of row r, key j goes
+/// each (a multiple of 4): row r = g * head_rows + i's raw bf16 q at q + r * dims (`dims` a
+/// multiple of 32), key j's row of head g at k[j] + g * k_head_bytes. Score of row r, key j goes
 /// to st[j * ra + r]. Keys are paired as in scores_tile_pairs (key w of the tile's first half
 /// with key w of its second half: K read as two address-ordered runs), each pair against every
 /// group; each score's bits do not depend on its partner. Group by group over the whole tile
