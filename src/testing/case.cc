@@ -182,7 +182,7 @@ PagedData with_fresh_outputs(const PagedData& src) {
 // the output type at the reference's magnitude where that is larger. Above |x| = 4 a bf16 ulp
 // is 0.031: a result that is right in fp32 can round to the oracle's neighbour, and no
 // absolute bound below one ulp can be met there.
-static double abs_allowance(DType t, double ref) {
+double abs_allowance(DType t, double ref) {
   if (t == DType::kF32 || ref == 0 || !std::isfinite(ref)) return 2e-2;
   int e = 0;
   std::frexp(std::abs(ref), &e);  // |ref| in [2^(e-1), 2^e)

@@ -62,6 +62,10 @@ struct Comparison {
   std::string why;  // the first failing criterion
 };
 
+/// The absolute difference an output element of `dtype` may have from the oracle's `ref`:
+/// 2e-2, or one ulp of bf16 / f16 where that is larger (compare's per-element criterion).
+double abs_allowance(DType dtype, double ref);
+
 /// DESIGN.md tolerances by output dtype: f32 ≤ 1e-5 relative; bf16/f16 ≤ 1e-2 relative and
 /// ≤ 2e-2 max-abs (or one ulp of the output type where |ref| is large enough that an ulp
 /// exceeds 2e-2: |ref| ≥ 4 for bf16); LSE ≤ 1e-3 absolute; NaN never passes; -inf LSE must
