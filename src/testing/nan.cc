@@ -26,8 +26,11 @@ int64_t cache_at(const PagedData& d, const TensorView& cache, int64_t b, int64_t
 
 std::string NanPoison::describe() const {
   std::ostringstream s;
-  s << "NaN in " << (where == NanIn::kQ ? "q" : where == NanIn::kK ? "K" : "V") << " (request "
-    << b << (where == NanIn::kQ ? ", token " : ", key ") << t
+  s << "NaN in "
+    << (where == NanIn::kQ   ? "q"
+        : where == NanIn::kK ? "K"
+                             : "V")
+    << " (request " << b << (where == NanIn::kQ ? ", token " : ", key ") << t
     << (where == NanIn::kQ ? ", q head " : ", KV head ") << g << ", column " << col << ")";
   return s.str();
 }

@@ -26,8 +26,9 @@ struct NanPoison {
 /// Writes the NaN into d's host q or cache (a key's slot found through the page table).
 void put_nan(PagedData& d, const AttentionCase& c, const NanPoison& p);
 
-/// Sets every element of a view over a whole buffer (contiguous, or a transposed LSE) to v: outputs before a run, so that a NaN after it
-/// is the implementation's own (make_paged poisons outputs with NaN).
+/// Sets every element of a view over a whole buffer (contiguous, or a transposed LSE) to v: outputs
+/// before a run, so that a NaN after it is the implementation's own (make_paged poisons outputs
+/// with NaN).
 void fill_all(const TensorView& t, double v);
 
 /// After a run on `d` with `p` in its inputs and its outputs filled with kFilled before: NaN
