@@ -14,7 +14,7 @@
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-run}
-TESTS=${TESTS:-"cuda_test_wgmma cuda_test_decode cuda_test_batch_graph cuda_test_merge_store cuda_test_device_plan cuda_test_prefill cuda_test_backend_cuda cuda_test_trace"}
+TESTS=${TESTS:-"cuda_test_wgmma cuda_test_decode cuda_test_batch_graph cuda_test_merge_store cuda_test_device_plan cuda_test_prefill cuda_test_backend_cuda cuda_test_trace cuda_test_nan"}
 if [[ $mode == stage ]]; then
   B=$2 S=build/gpustage
   rm -rf $S && mkdir -p $S/lib build/gpupkg

@@ -64,7 +64,9 @@ run racecheck_prefill $CS --tool racecheck $B/cuda_test_prefill \
   --gtest_filter='CudaRagged.MlaChunkedPrefixShapes:CudaPrefill.TmaBoxPageSizes'
 if [[ -n ${ALL:-} ]]; then
   for t in cuda_test_wgmma cuda_test_decode cuda_test_batch_graph cuda_test_merge_store \
-    cuda_test_device_plan cuda_test_backend_cuda cuda_test_trace; do run $t $B/$t; done
+    cuda_test_device_plan cuda_test_backend_cuda cuda_test_trace cuda_test_nan; do run $t $B/$t; done
+  # NaN inputs on every kernel form (tests/cuda/test_nan.cc), under memcheck.
+  run memcheck_nan $CS --tool memcheck $B/cuda_test_nan
   # The MLA tests again on kernel.cuh, which the Hopper MLA kernel (mla_wgmma.cuh) otherwise takes.
   run cuda_test_decode_mla_mma env FLASHBACK_DECODE_KERNEL=mma $B/cuda_test_decode --gtest_filter='CudaDecode.Mla*'
   # The MLA batches of <= 16 rows again on mla_wgmma.cuh's 64-row kernel (mla_narrow.cuh's otherwise).

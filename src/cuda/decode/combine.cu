@@ -66,14 +66,17 @@ __global__ void __launch_bounds__(128) combine_kernel(const CombineParams p) {
 #pragma unroll
   for (int i = 0; i < NC * VEC; ++i) a[i] = 0.f;
   float sum = 0.f;  // this lane's splits' weights
-  if (m != -INFINITY) {
+  // Every split empty or NaN (m -inf; NaN LSEs are not in the max): weights relative to 0, so
+  // a NaN split still makes the row NaN and empty ones add nothing.
+  const float m_use = m == -INFINITY ? 0.f : m;
+  {
     // Round r: the warp's splits warp + 4 (32 r + k), k = 0..31; lane k holds split k's weight.
     const int mine = (p.num_splits - warp + WARPS - 1) / WARPS;  // splits of this warp
     for (int r0 = 0; r0 < mine; r0 += 32) {
       const int n = min(32, mine - r0);
       const int64_t s_lane = warp + int64_t{WARPS} * (r0 + lane);
       const float l = lane < n ? p.ws_lse[s_lane * split_stride + idx] : -INFINITY;
-      const float wl = l == -INFINITY ? 0.f : expf(l - m);
+      const float wl = l == -INFINITY ? 0.f : expf(l - m_use);
       sum += wl;
       // U splits' rows in flight per lane: loaded first, then added in split order. Slots past
       // n re-read split n - 1 (a valid row) with weight 0 (lanes >= n hold 0).
@@ -113,7 +116,7 @@ __global__ void __launch_bounds__(128) combine_kernel(const CombineParams p) {
   __syncthreads();
   if (warp != 0) return;
   sum = ((red[0] + red[1]) + red[2]) + red[3];
-  const float inv = sum > 0.f ? 1.f / sum : 0.f;
+  const float inv = sum != 0.f ? 1.f / sum : 0.f;
 #pragma unroll
   for (int c = 0; c < NC; ++c) {
     if (!owns(lane, c)) continue;
@@ -126,7 +129,7 @@ __global__ void __launch_bounds__(128) combine_kernel(const CombineParams p) {
     }
   }
   if (lane == 0 && p.lse)
-    p.lse[tok * p.lse_st + head * p.lse_sh] = sum > 0.f ? m + logf(sum) : -INFINITY;
+    p.lse[tok * p.lse_st + head * p.lse_sh] = sum != 0.f ? m_use + logf(sum) : -INFINITY;
 }
 
 // With p.pdl the combine is the decode kernel's programmatic dependent (common/pdl.cuh): its

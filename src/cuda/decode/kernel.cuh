@@ -181,10 +181,13 @@ __global__ void __launch_bounds__(Cfg::THREADS) decode_kernel(const DecodeParams
       for (int o = TPR / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
       const float m_new = fmaxf(m_run, mx);
       const float alpha = m_new == -INFINITY ? 1.f : exp2f(m_run - m_new);
+      // A row with no finite logit yet subtracts 0: its masked keys' -inf still give 0, and a
+      // NaN logit (a NaN input) stays NaN instead of the row passing for empty.
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;
       float sum = 0.f;
 #pragma unroll
       for (int u = 0; u < N / TPR; ++u) {
-        const float pr = m_new == -INFINITY ? 0.f : exp2f(x[u] - m_new);
+        const float pr = exp2f(x[u] - m_use);
         sum += pr;
         sP[my_row * PP + sub + u * TPR] = from_float<T>(pr);
       }
@@ -237,7 +240,7 @@ __global__ void __launch_bounds__(Cfg::THREADS) decode_kernel(const DecodeParams
     const int gr = row0 + my_row;
     if (sub == 0 && gr < rows_total) {
       const int tok = q0 + gr / p.group, head = g * p.group + gr % p.group;
-      const float lse = l_run > 0.f ? (m_run + log2f(l_run)) * kLn2 : -INFINITY;
+      const float lse = l_run != 0.f ? (m_run + log2f(l_run)) * kLn2 : -INFINITY;
       if (p.use_workspace)
         p.ws_lse[(static_cast<int64_t>(split) * p.total_q + tok) * p.heads_q + head] = lse;
       else if (p.lse)
@@ -252,7 +255,7 @@ __global__ void __launch_bounds__(Cfg::THREADS) decode_kernel(const DecodeParams
       if (gr >= rows_total) continue;
       const int tok = q0 + gr / p.group, head = g * p.group + gr % p.group;
       const float l = sL[r];
-      const float inv = l > 0.f ? vd / l : 0.f;
+      const float inv = l != 0.f ? vd / l : 0.f;  // empty by l == 0; a NaN l stays NaN
 #pragma unroll
       for (int u = 0; u < NTW; ++u) {
         const int jt = warp + u * WARPS;

@@ -269,10 +269,10 @@ struct MlaNarrow {
       const int r = row_of(ri), gr = e.row0 + r;
       const float l = ld_shared_f32(lsum(0, r)) + ld_shared_f32(lsum(1, r)) +
                       ld_shared_f32(lsum(2, r)) + ld_shared_f32(lsum(3, r));
-      inv[ri] = l > 0.f ? 1.f / l : 0.f;
+      inv[ri] = l != 0.f ? 1.f / l : 0.f;  // l NaN (a NaN input): NaN out
       if (w == 0 && g == 0 && gr < e.rows_total) {
         const int tok = e.token(p, gr), head = e.head(p, gr);
-        const float lse = l > 0.f ? (m_run[ri] + log2f(l)) * kLn2 : -INFINITY;
+        const float lse = l != 0.f ? (m_run[ri] + log2f(l)) * kLn2 : -INFINITY;
         if (p.use_workspace)
           p.ws_lse[(static_cast<int64_t>(e.split) * p.total_q + tok) * p.heads_q + head] = lse;
         else if (p.lse)

@@ -265,13 +265,13 @@ struct MlaWgmma {
       if (gr >= e.rows_total) continue;
       const int tok = e.token(p, gr), head = e.head(p, gr);
       if (wg == 0 && quad == 0) {
-        const float lse = l[i] > 0.f ? (m[i] + log2f(l[i])) * kLn2 : -INFINITY;
+        const float lse = l[i] != 0.f ? (m[i] + log2f(l[i])) * kLn2 : -INFINITY;
         if (p.use_workspace)
           p.ws_lse[(static_cast<int64_t>(e.split) * p.total_q + tok) * p.heads_q + head] = lse;
         else if (p.lse)
           p.lse[tok * p.lse_st + head * p.lse_sh] = lse;
       }
-      const float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;
+      const float inv = l[i] != 0.f ? 1.f / l[i] : 0.f;  // a NaN l stays NaN
 #pragma unroll
       for (int nh = 0; nh < NB; ++nh)
 #pragma unroll

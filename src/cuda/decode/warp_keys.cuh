@@ -430,7 +430,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, wk_form_ctas(Cfg::L))
 #pragma unroll
         for (int x = 0; x < 4; ++x) {
           const int i = row_i(x);
-          const float pr = m_run[i] == -INFINITY ? 0.f : exp2f(s[nt][x] - m_run[i]);
+          // No finite logit yet: subtract 0 (masked -inf still gives 0, a NaN logit stays NaN).
+          const float pr = exp2f(s[nt][x] - (m_run[i] == -INFINITY ? 0.f : m_run[i]));
           s[nt][x] = pr;
           l_run[i] += pr;
         }
@@ -510,10 +511,13 @@ __global__ void __launch_bounds__(Cfg::THREADS, wk_form_ctas(Cfg::L))
     float M = -INFINITY;
 #pragma unroll
     for (int w = 0; w < WARPS; ++w) M = fmaxf(M, sM[w * MROWS + tid]);
+    // A warp with no finite logit (m -inf) adds its l as it is: 0, or NaN from a NaN input.
     float L = 0.f;
-    if (M != -INFINITY)
 #pragma unroll
-      for (int w = 0; w < WARPS; ++w) L += sLw[w * MROWS + tid] * exp2f(sM[w * MROWS + tid] - M);
+    for (int w = 0; w < WARPS; ++w) {
+      const float mw = sM[w * MROWS + tid];
+      L += sLw[w * MROWS + tid] * (mw == -INFINITY ? 1.f : exp2f(mw - M));
+    }
     sMt[tid] = M;
     sLt[tid] = L;
   }
@@ -564,7 +568,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, wk_form_ctas(Cfg::L))
       sum.x += x.x;
       sum.y += x.y;
     }
-    const float L = sLt[r], inv = L > 0.f ? e.vd / L : 0.f;
+    const float L = sLt[r], inv = L != 0.f ? e.vd / L : 0.f;
     const int gr = e.row0 + r, tok = e.token(p, gr), head = e.head(p, gr);
     if (p.use_workspace) {
       float* w =
@@ -576,7 +580,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, wk_form_ctas(Cfg::L))
       o[1] = from_float<T>(sum.y * inv);
     }
     if (c == 0) {
-      const float lse = L > 0.f ? (sMt[r] + log2f(L)) * kLn2 : -INFINITY;
+      const float lse = L != 0.f ? (sMt[r] + log2f(L)) * kLn2 : -INFINITY;
       if (p.use_workspace)
         p.ws_lse[(static_cast<int64_t>(e.split) * p.total_q + tok) * p.heads_q + head] = lse;
       else if (p.lse)

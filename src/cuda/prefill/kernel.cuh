@@ -62,15 +62,17 @@ __device__ __forceinline__ Entry load_entry(const PrefillParams& p, int b, int g
 
 // Ends a thread's row r of a block: the quad's partial sums of l added up, the row's LSE
 // stored (natural log; -inf for a row that saw no key), and O's factor returned (v_descale / l,
-// 0 for no key). Every lane of the warp calls it (the shuffles); rows past q_len store nothing.
+// 0 for no key). A row is empty by l == 0, not l > 0: a NaN l (a NaN input the row saw) stays NaN
+// in its output and LSE (ARCHITECTURE.md, "NaN inputs"). Every lane of the warp calls it (the
+// shuffles); rows past q_len store nothing.
 __device__ __forceinline__ float finish_row(const PrefillParams& p, const Entry& e, int h, int r,
                                             float m, float& l, int lane) {
   l += __shfl_xor_sync(0xffffffffu, l, 1);
   l += __shfl_xor_sync(0xffffffffu, l, 2);
   if (p.lse && (lane & 3) == 0 && r < e.q_len)
     p.lse[(e.q0 + r) * p.lse_st + static_cast<int64_t>(h) * p.lse_sh] =
-        l > 0.f ? (m + log2f(l)) * kLn2 : -INFINITY;
-  return l > 0.f ? e.vd / l : 0.f;
+        l != 0.f ? (m + log2f(l)) * kLn2 : -INFINITY;
+  return l != 0.f ? e.vd / l : 0.f;
 }
 
 // Epilogue of a warp whose m-tiles start at entry-relative query row `first`: normalise (with
