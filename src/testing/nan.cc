@@ -35,6 +35,34 @@ std::string NanPoison::describe() const {
   return s.str();
 }
 
+AttentionCase NanShape::to_case() const {
+  AttentionCase c;
+  c.q_lens = q_lens;
+  c.kv_lens = kv_lens;
+  c.heads_q = heads_q;
+  c.heads_kv = heads_kv;
+  c.head_dim = head_dim;
+  c.page_size = page;
+  c.dtype = q;
+  c.kv_dtype = kv;
+  c.window_left = window_left;
+  if (mla) {
+    c.mla = true;
+    c.head_dim_v = 512;
+  }
+  return c;
+}
+
+std::vector<NanPoison> NanShape::poisons() const {
+  const int64_t last = kv_lens[1] - 1;  // request 1's last key: every row of it sees it
+  return {
+      {NanIn::kQ, 1, q_lens[1] - 1, 1, 3},
+      {NanIn::kK, 1, last, heads_kv - 1, 5},
+      {NanIn::kK, 1, last - 1 - q_lens[1] / 2, 0, 0},  // seen by some rows of an extend
+      {NanIn::kV, 1, last, 0, 9},
+  };
+}
+
 void put_nan(PagedData& d, const AttentionCase& c, const NanPoison& p) {
   const double nan = std::nan("");
   if (p.where == NanIn::kQ) {

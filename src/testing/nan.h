@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "testing/case.h"
 
@@ -21,6 +22,21 @@ struct NanPoison {
   // Request; key (kQ: the request's q token); KV head (kQ: q head); column.
   int64_t b, t, g, col;
   std::string describe() const;
+};
+
+/// A case of the NaN tests (CPU and CUDA list their own): request 1 is the one poisoned.
+struct NanShape {
+  const char* name;
+  std::vector<int> q_lens, kv_lens;
+  int heads_q, heads_kv, head_dim, page;
+  DType q, kv;
+  int window_left = -1;
+  int num_splits = 0;  // forced split count (0: the planner's)
+  bool mla = false;    // MLA 576/512 (head_dim is then unused)
+  AttentionCase to_case() const;
+  /// Request 1 gets, one at a time: a NaN in its last q token's q head 1; in K at its last key
+  /// (last KV head: every row sees it); in K at a key only some rows of an extend see; in V.
+  std::vector<NanPoison> poisons() const;
 };
 
 /// Writes the NaN into d's host q or cache (a key's slot found through the page table).

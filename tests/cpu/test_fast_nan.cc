@@ -19,6 +19,7 @@ using testing::check_nan_where_seen;
 using testing::fill_all;
 using testing::NanIn;
 using testing::NanPoison;
+using testing::NanShape;
 using testing::PagedData;
 
 // Runs `exec` on d (outputs filled with kFilled) and checks every row against ref (the oracle's
@@ -36,42 +37,20 @@ void expect_nan_where_seen(PagedData& d, const PagedData& ref, const AttentionCa
 // Decode (the tile path), extend (many rows per KV head), MHA, fp8 and f32 caches, a window,
 // a key past the first split; each with a NaN in q, in K and in V.
 TEST(FastNan, ReachesTheRowsThatSeeItAndNoOthers) {
-  struct Shape {
-    const char* name;
-    std::vector<int> q_lens, kv_lens;
-    int heads_q, heads_kv, head_dim, page;
-    DType kv;
-    int window_left;
-  };
-  const Shape shapes[] = {
-      {"decode gqa 4", {1, 1, 1}, {40, 100, 7}, 8, 2, 128, 16, DType::kBF16, -1},
-      {"decode gqa 8", {1, 1}, {70, 33}, 16, 2, 64, 16, DType::kBF16, -1},
-      {"extend gqa 4", {1, 5, 3}, {40, 100, 60}, 8, 2, 64, 16, DType::kBF16, -1},
-      {"decode mha f16", {1, 1}, {40, 100}, 2, 2, 64, 1, DType::kF16, -1},
-      {"decode fp8", {1, 1}, {40, 100}, 8, 2, 64, 16, DType::kF8E4M3, -1},
-      {"extend f32 window", {2, 6}, {40, 100}, 8, 2, 64, 16, DType::kF32, 20},
-      {"decode across splits", {1, 1}, {40, 1100}, 8, 2, 64, 16, DType::kBF16, -1},
+  const DType f32 = DType::kF32, bf16 = DType::kBF16, f16 = DType::kF16;
+  const NanShape shapes[] = {
+      {"decode gqa 4", {1, 1, 1}, {40, 100, 7}, 8, 2, 128, 16, f32, bf16},
+      {"decode gqa 8", {1, 1}, {70, 33}, 16, 2, 64, 16, f32, bf16},
+      {"extend gqa 4", {1, 5, 3}, {40, 100, 60}, 8, 2, 64, 16, f32, bf16},
+      {"decode mha f16", {1, 1}, {40, 100}, 2, 2, 64, 1, f32, f16},
+      {"decode fp8", {1, 1}, {40, 100}, 8, 2, 64, 16, f32, DType::kF8E4M3},
+      {"extend f32 window", {2, 6}, {40, 100}, 8, 2, 64, 16, f32, f32, 20},
+      {"decode across splits", {1, 1}, {40, 1100}, 8, 2, 64, 16, f32, bf16},
   };
   uint64_t seed = 5000;
-  for (const Shape& s : shapes) {
-    AttentionCase c;
-    c.q_lens = s.q_lens;
-    c.kv_lens = s.kv_lens;
-    c.heads_q = s.heads_q;
-    c.heads_kv = s.heads_kv;
-    c.head_dim = s.head_dim;
-    c.page_size = s.page;
-    c.kv_dtype = s.kv;
-    c.window_left = s.window_left;
-    c.dtype = DType::kF32;
-    const int64_t last = s.kv_lens[1] - 1;  // request 1's last key: every row of it sees it
-    const NanPoison poisons[] = {
-        {NanIn::kQ, 1, s.q_lens[1] - 1, 1, 3},
-        {NanIn::kK, 1, last, 1, 5},
-        {NanIn::kK, 1, last - 1 - s.q_lens[1] / 2, 0, 0},  // seen by some rows of an extend
-        {NanIn::kV, 1, last, 0, 9},
-    };
-    for (const NanPoison& p : poisons) {
+  for (const NanShape& s : shapes) {
+    const AttentionCase c = s.to_case();
+    for (const NanPoison& p : s.poisons()) {
       PagedData d = testing::make_paged(c, ++seed);
       testing::put_nan(d, c, p);
       const std::string what = std::string(s.name) + ", " + p.describe();

@@ -22,43 +22,14 @@ namespace {
 using testing::AttentionCase;
 using testing::NanIn;
 using testing::NanPoison;
+using testing::NanShape;
 using testing::PagedData;
 
 const Exec kRef{nullptr, 1, Exec::CpuImpl::kReference};
 
-struct Shape {
-  const char* name;
-  std::vector<int> q_lens, kv_lens;
-  int heads_q, heads_kv, head_dim, page;
-  DType q, kv;
-  int window_left = -1;
-  int num_splits = 0;
-  bool mla = false;
-};
-
-void run_shape(const Shape& s, uint64_t& seed) {
-  AttentionCase c;
-  c.q_lens = s.q_lens;
-  c.kv_lens = s.kv_lens;
-  c.heads_q = s.heads_q;
-  c.heads_kv = s.heads_kv;
-  c.head_dim = s.head_dim;
-  c.page_size = s.page;
-  c.dtype = s.q;
-  c.kv_dtype = s.kv;
-  c.window_left = s.window_left;
-  if (s.mla) {
-    c.mla = true;
-    c.head_dim_v = 512;
-  }
-  const int64_t last = s.kv_lens[1] - 1;  // request 1's last key: every row of it sees it
-  const NanPoison poisons[] = {
-      {NanIn::kQ, 1, s.q_lens[1] - 1, 1, 3},
-      {NanIn::kK, 1, last, s.heads_kv - 1, 5},
-      {NanIn::kK, 1, last - 1 - s.q_lens[1] / 2, 0, 0},  // seen by some rows of an extend
-      {NanIn::kV, 1, last, 0, 9},
-  };
-  for (const NanPoison& p : poisons) {
+void run_shape(const NanShape& s, uint64_t& seed) {
+  const AttentionCase c = s.to_case();
+  for (const NanPoison& p : s.poisons()) {
     const std::string what = std::string(s.name) + ", " + p.describe();
     SCOPED_TRACE(what);
     PagedData d = testing::make_paged(c, ++seed);
@@ -79,7 +50,7 @@ void run_shape(const Shape& s, uint64_t& seed) {
 // Head dim 128: built in every CUDA configuration (FLASHBACK_HEAD_DIMS, cuda-ci's included).
 TEST(CudaNan, ReachesTheRowsThatSeeItAndNoOthers) {
   const DType bf16 = DType::kBF16, f16 = DType::kF16, e4m3 = DType::kF8E4M3;
-  const std::vector<Shape> shapes = {
+  const std::vector<NanShape> shapes = {
       {"decode gqa 4", {1, 1, 1}, {40, 100, 7}, 8, 2, 128, 16, bf16, bf16},
       {"decode gqa 8", {1, 1}, {70, 33}, 16, 2, 128, 16, bf16, bf16},
       {"extend gqa 4", {1, 5, 3}, {40, 100, 60}, 8, 2, 128, 16, bf16, bf16},
@@ -92,20 +63,20 @@ TEST(CudaNan, ReachesTheRowsThatSeeItAndNoOthers) {
       {"prefill fp8", {1, 150}, {40, 260}, 4, 4, 128, 16, bf16, e4m3},
   };
   uint64_t seed = 7000;
-  for (const Shape& s : shapes) run_shape(s, seed);
+  for (const NanShape& s : shapes) run_shape(s, seed);
 }
 
 #if FLASHBACK_TEST_MLA
 TEST(CudaNan, MlaLatentIsKeyAndValue) {
   const DType bf16 = DType::kBF16;
-  const std::vector<Shape> shapes = {
+  const std::vector<NanShape> shapes = {
       {"mla decode", {1, 1}, {40, 100}, 16, 1, 64, 64, bf16, bf16, -1, 0, true},
       {"mla decode h128", {1, 1}, {40, 300}, 128, 1, 64, 64, bf16, bf16, -1, 0, true},
       {"mla extend", {1, 5}, {40, 100}, 16, 1, 64, 64, bf16, bf16, -1, 0, true},
       {"mla prefill", {1, 120}, {40, 200}, 16, 1, 64, 64, bf16, bf16, -1, 0, true},
   };
   uint64_t seed = 7100;
-  for (const Shape& s : shapes) run_shape(s, seed);
+  for (const NanShape& s : shapes) run_shape(s, seed);
 }
 #endif
 

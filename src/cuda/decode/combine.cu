@@ -69,38 +69,36 @@ __global__ void __launch_bounds__(128) combine_kernel(const CombineParams p) {
   // Every split empty or NaN (m -inf; NaN LSEs are not in the max): weights relative to 0, so
   // a NaN split still makes the row NaN and empty ones add nothing.
   const float m_use = m == -INFINITY ? 0.f : m;
-  {
-    // Round r: the warp's splits warp + 4 (32 r + k), k = 0..31; lane k holds split k's weight.
-    const int mine = (p.num_splits - warp + WARPS - 1) / WARPS;  // splits of this warp
-    for (int r0 = 0; r0 < mine; r0 += 32) {
-      const int n = min(32, mine - r0);
-      const int64_t s_lane = warp + int64_t{WARPS} * (r0 + lane);
-      const float l = lane < n ? p.ws_lse[s_lane * split_stride + idx] : -INFINITY;
-      const float wl = l == -INFINITY ? 0.f : expf(l - m_use);
-      sum += wl;
-      // U splits' rows in flight per lane: loaded first, then added in split order. Slots past
-      // n re-read split n - 1 (a valid row) with weight 0 (lanes >= n hold 0).
-      for (int k0 = 0; k0 < n; k0 += U) {
-        Vec x[U][NC];
+  // Round r: the warp's splits warp + 4 (32 r + k), k = 0..31; lane k holds split k's weight.
+  const int mine = (p.num_splits - warp + WARPS - 1) / WARPS;  // splits of this warp
+  for (int r0 = 0; r0 < mine; r0 += 32) {
+    const int n = min(32, mine - r0);
+    const int64_t s_lane = warp + int64_t{WARPS} * (r0 + lane);
+    const float l = lane < n ? p.ws_lse[s_lane * split_stride + idx] : -INFINITY;
+    const float wl = l == -INFINITY ? 0.f : expf(l - m_use);
+    sum += wl;
+    // U splits' rows in flight per lane: loaded first, then added in split order. Slots past
+    // n re-read split n - 1 (a valid row) with weight 0 (lanes >= n hold 0).
+    for (int k0 = 0; k0 < n; k0 += U) {
+      Vec x[U][NC];
 #pragma unroll
-        for (int u = 0; u < U; ++u) {
-          const int64_t s = warp + int64_t{WARPS} * (r0 + min(k0 + u, n - 1));
-          const Vec* o = reinterpret_cast<const Vec*>(p.ws_o + (s * split_stride + idx) * DV);
+      for (int u = 0; u < U; ++u) {
+        const int64_t s = warp + int64_t{WARPS} * (r0 + min(k0 + u, n - 1));
+        const Vec* o = reinterpret_cast<const Vec*>(p.ws_o + (s * split_stride + idx) * DV);
 #pragma unroll
-          for (int c = 0; c < NC; ++c)
-            if (owns(lane, c)) x[u][c] = o[lane + 32 * c];
-        }
+        for (int c = 0; c < NC; ++c)
+          if (owns(lane, c)) x[u][c] = o[lane + 32 * c];
+      }
 #pragma unroll
-        for (int u = 0; u < U; ++u) {
-          const float w = __shfl_sync(0xffffffffu, wl, k0 + u);
+      for (int u = 0; u < U; ++u) {
+        const float w = __shfl_sync(0xffffffffu, wl, k0 + u);
 #pragma unroll
-          for (int c = 0; c < NC; ++c) {
-            if (!owns(lane, c)) continue;
-            const float* xf = reinterpret_cast<const float*>(&x[u][c]);
-            float* ac = reinterpret_cast<float*>(&acc[c]);
+        for (int c = 0; c < NC; ++c) {
+          if (!owns(lane, c)) continue;
+          const float* xf = reinterpret_cast<const float*>(&x[u][c]);
+          float* ac = reinterpret_cast<float*>(&acc[c]);
 #pragma unroll
-            for (int v = 0; v < VEC; ++v) ac[v] = w != 0.f ? fmaf(w, xf[v], ac[v]) : ac[v];
-          }
+          for (int v = 0; v < VEC; ++v) ac[v] = w != 0.f ? fmaf(w, xf[v], ac[v]) : ac[v];
         }
       }
     }
