@@ -88,11 +88,13 @@ void expect_invariant(const AttentionCase& c, int64_t x) {
   EXPECT_TRUE(one.out == ref.out && one.lse == ref.lse) << c.describe() << ": num_splits = 1";
 }
 
-// GQA 4, and MHA with 8 KV heads (the tile path, 4 KV heads per scoring pass).
+// GQA 4, MHA with 8 KV heads (the tile path, 4 KV heads per scoring pass), GQA 3 with 3 KV
+// heads and GQA 2 with 5 (groups of 4 rows that span KV heads, the last one padded).
 TEST(FastInvariance, LongDecodeAloneOrBatchedAnyThreadCount) {
-  for (int heads_kv : {2, 8}) {
+  const int shapes[][2] = {{8, 2}, {8, 8}, {9, 3}, {10, 5}};  // q heads, KV heads
+  for (const auto& [heads_q, heads_kv] : shapes) {
     AttentionCase c;
-    c.heads_q = 8;
+    c.heads_q = heads_q;
     c.heads_kv = heads_kv;
     c.head_dim = 128;
     c.page_size = 16;

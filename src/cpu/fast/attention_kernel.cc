@@ -202,14 +202,14 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
   const bool wide_pairs = wide && bf16_pairs && !mla && a.head_dim % 2 == 0;
   const bool pairs = (direct && bf16_pairs && a.head_dim % (2 * N) == 0) || wide_pairs;
   const bool in_place = direct || wide_pairs;  // else K/V rows are converted to fp32 tiles
-  // Decode over bf16 pairs with whole groups of 4 rows: a tile's scores for all the task's KV
-  // heads in one pass, two keys at a time (scores_tile_pairs), then softmax and P·V
-  // (pv_tile_pairs).
-  // MHA (one row per KV head) too, 4 KV heads per pass (scores_tile_heads).
-  const bool tile_scores =
-      direct && pairs && (head_rows % 4 == 0 || (head_rows == 1 && t.ng % 4 == 0));
+  // Decode over bf16 pairs (up to 8 rows per KV head): a tile's scores for all the task's KV
+  // heads in one pass, two keys at a time, 4 rows per pass (scores_tile_pairs; groups of 4 rows
+  // that span KV heads where a head has 1-3, 5-7), then softmax and P·V (pv_tile_pairs).
+  const bool tile_scores = direct && pairs;
   if (pairs && direct)
     for (int64_t r = 0; r < rows; ++r) permute_pairs(sc.q.data() + r * qs, a.head_dim, true);
+  // The last group of 4 rows' padding rows score zeros (masked by the softmax).
+  if (tile_scores) std::fill(sc.q.data() + rows * qs, sc.q.data() + (rows + 3) / 4 * 4 * qs, 0.0f);
   const int64_t rp = (head_rows + N - 1) / N * N;
   if (wide) {
     sc.qt.assign(static_cast<size_t>(t.ng * qs * rp), 0.0f);
@@ -230,7 +230,9 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
   }
   // tile_scores: scores of all the task's rows transposed ([key][row], rows padded to ra), the
   // softmax with rows in lanes (wide_softmax), weights read back by P·V with a key stride.
-  const int64_t ra = (rows + N - 1) / N * N;
+  // (A multiple of 4 too, for scores_tile_pairs' groups of 4 rows, where a vector has fewer lanes.)
+  const int64_t rq = std::max<int64_t>(N, 4);
+  const int64_t ra = (rows + rq - 1) / rq * rq;
   static_assert(kTileKeys == 2 * amx::kKeys, "amx::pv_tile takes tiles of 32 keys");
   // Scores and P·V on AMX tiles where the host has them (amx.h): raw bf16 q and K (exact
   // products), the scale folded in per row afterwards; P rounded to bf16 for P·V.

@@ -68,11 +68,21 @@ HWY_INLINE void dot_block(const float* q, int64_t qs, Rows k, int64_t len, float
   store_sums<R, K>(acc, s, ss);
 }
 
+// KV head of row i (0..3) of a group of 4 rows, counted from the group's first row's: bit i of
+// kMask (i = 1..3) is set where row i starts the next KV head's rows. 1: one head (4 or more
+// rows per KV head); 0xF: four (MHA); 0x5: two (2 rows per head); others where heads of 3, 5, 6
+// or 7 rows straddle the group.
+constexpr int group_head(int mask, int i) {
+  int h = 0;
+  for (int b = 1; b <= i; ++b) h += (mask >> b) & 1;
+  return h;
+}
+
 // S = q · k for the 4 rows at q (stride qs) against one key's row k (bf16 pairs), into
 // s[0 .. 3]. Each accumulator sees the MulAdd sequence of dot_block<4, K, Bf16Pairs> and the same
-// lane sums, so a score has the same bits whichever keys share a block. kRowK: row i has its own
-// K row, at k + i · k_row bytes (4 KV heads of one q row each: MHA), loaded in its turn.
-template <bool kRowK = false>
+// lane sums, so a score has the same bits whichever keys share a block. Row i's K row is at
+// k + group_head(kMask, i) · k_row bytes, loaded once per head of the group.
+template <int kMask = 1>
 HWY_INLINE void dot_rows_1key(const float* q, int64_t qs, const void* k, int64_t len, float* s,
                               int64_t k_row = 0) {
   const DF df;
@@ -81,9 +91,9 @@ HWY_INLINE void dot_rows_1key(const float* q, int64_t qs, const void* k, int64_t
   for (int i = 0; i < 4; ++i) acc[i] = hn::Zero(df);
   for (int64_t x = 0; x < len; x += 2 * N) {
     VF ke, ko;
-    if constexpr (!kRowK) load_pair(k, x, ke, ko);
     for (int i = 0; i < 4; ++i) {
-      if constexpr (kRowK) load_pair(static_cast<const char*>(k) + i * k_row, x, ke, ko);
+      if (i == 0 || ((kMask >> i) & 1))
+        load_pair(static_cast<const char*>(k) + group_head(kMask, i) * k_row, x, ke, ko);
       acc[i] = hn::MulAdd(hn::LoadU(df, q + i * qs + x + N), ko,
                           hn::MulAdd(hn::LoadU(df, q + i * qs + x), ke, acc[i]));
     }
@@ -96,9 +106,9 @@ HWY_INLINE void dot_rows_1key(const float* q, int64_t qs, const void* k, int64_t
 // q twice; each accumulator repeats its MulAdd sequence and lane sums, so a score has the same
 // bits either way). 8 accumulators, 4 key and 2 q vectors: fits 16 registers. kPf: the lines
 // of the two stream rows at pa and pb (2 · len bytes each) are prefetched N / 8 a chunk, which
-// covers both rows exactly when len is a multiple of 32. kRowK: row i has its own K rows, at
-// k0 + i · k_row and k1 + i · k_row bytes (MHA: 4 KV heads, one q row each), loaded in its turn.
-template <bool kPf, bool kRowK = false>
+// covers both rows exactly when len is a multiple of 32. kMask: row i's K rows are at
+// k0 + group_head(kMask, i) · k_row and k1 + ... bytes, loaded once per head of the group.
+template <bool kPf, int kMask = 1>
 HWY_INLINE void dot_rows_2keys(const float* q, int64_t qs, const void* k0, const void* k1,
                                int64_t len, float* s0, float* s1, const char* pa = nullptr,
                                const char* pb = nullptr, int64_t k_row = 0) {
@@ -117,14 +127,11 @@ HWY_INLINE void dot_rows_2keys(const float* q, int64_t qs, const void* k0, const
       }
     }
     VF ae, ao, be, bo;
-    if constexpr (!kRowK) {
-      load_pair(k0, x, ae, ao);
-      load_pair(k1, x, be, bo);
-    }
     for (int i = 0; i < 4; ++i) {
-      if constexpr (kRowK) {
-        load_pair(static_cast<const char*>(k0) + i * k_row, x, ae, ao);
-        load_pair(static_cast<const char*>(k1) + i * k_row, x, be, bo);
+      if (i == 0 || ((kMask >> i) & 1)) {
+        const int64_t off = group_head(kMask, i) * k_row;
+        load_pair(static_cast<const char*>(k0) + off, x, ae, ao);
+        load_pair(static_cast<const char*>(k1) + off, x, be, bo);
       }
       VF qe = hn::LoadU(df, q + i * qs + x), qo = hn::LoadU(df, q + i * qs + x + N);
       pin_register(qe);
@@ -137,34 +144,90 @@ HWY_INLINE void dot_rows_2keys(const float* q, int64_t qs, const void* k0, const
   sum4(acc[0][1], acc[1][1], acc[2][1], acc[3][1], s1);
 }
 
-// scores_tile_pairs for one q row per KV head (MHA; heads a multiple of 4): the same key pairs
-// (key w of the tile's first half with key w of its second half), each pass scoring 4 KV heads'
-// rows against their own K rows of both keys (dot_rows_2keys<false, true>), so K is still read
-// slot by slot in address order. The stream takes an even share of `heads` rows per key before
-// each pass. An odd last key goes alone.
-inline void scores_tile_heads(const float* q, int64_t qs, int64_t heads, Rows k,
-                              int64_t k_head_bytes, int64_t len, int64_t j0, int64_t j1, float* s,
-                              int64_t skey, NextRows& next) {
-  const int64_t passes = heads / 4, half = (j1 - j0) / 2;
-  for (int64_t ja = j0; ja < j0 + half; ++ja) {
-    const int64_t jb = ja + half;
-    const char* ka = static_cast<const char*>(k[ja]);
-    const char* kb = static_cast<const char*>(k[jb]);
-    for (int64_t c = 0; c < passes; ++c) {
-      next.step(even_share(2 * heads, c, passes));
-      const int64_t off = 4 * c * k_head_bytes;
-      dot_rows_2keys<false, true>(q + 4 * c * qs, qs, ka + off, kb + off, len,
-                                  s + ja * skey + 4 * c, s + jb * skey + 4 * c, nullptr, nullptr,
-                                  k_head_bytes);
-    }
+// Calls f(std::integral_constant<int, mask>{}) for a group mask (odd, below 16; group_head).
+template <class F>
+HWY_INLINE void with_group_mask(int mask, F&& f) {
+  switch (mask) {
+    case 1:
+      return f(std::integral_constant<int, 1>{});
+    case 3:
+      return f(std::integral_constant<int, 3>{});
+    case 5:
+      return f(std::integral_constant<int, 5>{});
+    case 7:
+      return f(std::integral_constant<int, 7>{});
+    case 9:
+      return f(std::integral_constant<int, 9>{});
+    case 11:
+      return f(std::integral_constant<int, 11>{});
+    case 13:
+      return f(std::integral_constant<int, 13>{});
+    default:
+      return f(std::integral_constant<int, 15>{});
   }
-  const int64_t j = j0 + 2 * half;
-  if (j == j1) return;
-  next.step(heads);
-  const char* kr = static_cast<const char*>(k[j]);
-  for (int64_t c = 0; c < passes; ++c)
-    dot_rows_1key<true>(q + 4 * c * qs, qs, kr + 4 * c * k_head_bytes, len, s + j * skey + 4 * c,
-                        k_head_bytes);
+}
+
+// scores_tile_pairs for rows per KV head not a multiple of 4 (MHA's 1; GQA 2, 3, 6, 7; an
+// extend's tokens × group): the task's rows, head after head, in groups of 4 consecutive rows
+// that may span up to 4 KV heads, each group scored against its heads' K rows of both keys of
+// a pair (dot_rows_2keys with the group's mask), so each head's K row is loaded once per group
+// it touches and K is still read slot by slot in address order. Rows past the task's (the last
+// group's padding, up to `ra`) score q rows the caller zeroed against the last head's K rows;
+// the softmax masks them. The stream takes an even share of `heads` rows per key before each
+// group. An odd last key goes alone.
+inline void scores_tile_groups(const float* q, int64_t qs, int64_t head_rows, int64_t heads, Rows k,
+                               int64_t k_head_bytes, int64_t len, int64_t j0, int64_t j1, float* s,
+                               int64_t skey, NextRows& next) {
+  const int64_t rows = heads * head_rows, groups = (rows + 3) / 4;
+  int mask[kMaxRows / 4];
+  int64_t first[kMaxRows / 4];  // byte offset of the group's first row's K row
+  for (int64_t c = 0; c < groups; ++c) {
+    first[c] = 4 * c / head_rows * k_head_bytes;
+    mask[c] = 1;
+    for (int64_t i = 1; i < 4; ++i)
+      if (4 * c + i < rows && (4 * c + i) % head_rows == 0) mask[c] |= 1 << i;
+  }
+  // Group c's dot products with its mask: kUniform where every group has that mask (MHA, or 2
+  // rows per head, with the heads a multiple of 2 or 4: one dispatch per tile; per group, decode
+  // took 1-2 % more time in cache), 0 to dispatch per group.
+  auto walk = [&](auto uniform) {
+    constexpr int kUniform = decltype(uniform)::value;
+    auto group = [&](int64_t c, auto dot) {
+      if constexpr (kUniform != 0)
+        dot(std::integral_constant<int, kUniform>{});
+      else
+        with_group_mask(mask[c], dot);
+    };
+    const int64_t half = (j1 - j0) / 2;
+    for (int64_t ja = j0; ja < j0 + half; ++ja) {
+      const int64_t jb = ja + half;
+      const char* ka = static_cast<const char*>(k[ja]);
+      const char* kb = static_cast<const char*>(k[jb]);
+      for (int64_t c = 0; c < groups; ++c) {
+        next.step(even_share(2 * heads, c, groups));
+        group(c, [&](auto m) {
+          dot_rows_2keys<false, decltype(m)::value>(
+              q + 4 * c * qs, qs, ka + first[c], kb + first[c], len, s + ja * skey + 4 * c,
+              s + jb * skey + 4 * c, nullptr, nullptr, k_head_bytes);
+        });
+      }
+    }
+    const int64_t j = j0 + 2 * half;
+    if (j == j1) return;
+    next.step(heads);
+    const char* kr = static_cast<const char*>(k[j]);
+    for (int64_t c = 0; c < groups; ++c)
+      group(c, [&](auto m) {
+        dot_rows_1key<decltype(m)::value>(q + 4 * c * qs, qs, kr + first[c], len,
+                                          s + j * skey + 4 * c, k_head_bytes);
+      });
+  };
+  bool uniform = true;
+  for (int64_t c = 1; c < groups; ++c) uniform = uniform && mask[c] == mask[0];
+  if (uniform)
+    with_group_mask(mask[0], walk);
+  else
+    walk(std::integral_constant<int, 0>{});
 }
 
 // Scores of a whole tile for all `heads` KV heads of a task (bf16 pairs, rows per head a
@@ -182,13 +245,13 @@ inline void scores_tile_heads(const float* q, int64_t qs, int64_t heads, Rows k,
 // prefetched a line per chunk inside its dot products (dot_rows_2keys), else a step before
 // each group. A line per chunk took 6-7 % less time in cache than the step's
 // loop (~25 instructions a row) and equal or 1-3 % less from DRAM (Zen 3, session 41). An odd
-// last key goes alone. One q row per KV head (MHA): scores_tile_heads. Out of line: inlined
-// into RunSplits (as GCC 12 did once the function shrank) decode ran 2-4 % slower.
+// last key goes alone. Rows per KV head not a multiple of 4: scores_tile_groups. Out of line:
+// inlined into RunSplits (as GCC 12 did once the function shrank) decode ran 2-4 % slower.
 HWY_NOINLINE void scores_tile_pairs(const float* q, int64_t qs, int64_t head_rows, int64_t heads,
                                     Rows k, int64_t k_head_bytes, int64_t len, int64_t j0,
                                     int64_t j1, float* s, int64_t skey, NextRows& next) {
-  if (head_rows == 1) {
-    scores_tile_heads(q, qs, heads, k, k_head_bytes, len, j0, j1, s, skey, next);
+  if (head_rows % 4 != 0) {
+    scores_tile_groups(q, qs, head_rows, heads, k, k_head_bytes, len, j0, j1, s, skey, next);
     return;
   }
   const int64_t groups = head_rows / 4, per_key = heads * groups;  // groups of 4 rows
@@ -353,6 +416,25 @@ HWY_INLINE void pv_rows4_keys8(const float* p, int64_t pkey, Rows v, int64_t j0,
   }
 }
 
+// P·V of R (1..4) rows of one KV head over a block of keys j0, j0 + step, ... below j1 (at most
+// 8), all `len` columns: 4 rows of a full block of 8 unrolled (pv_rows4_keys8), else pv_block,
+// W column pairs at a time for 8 accumulator chains where the rows are fewer than 4 (1 row
+// unrolled as pv_rows4_keys8 is took 3-4 % more time in cache in MHA decode; 2 or 3 equal).
+template <int R>
+HWY_INLINE void pv_rows(const float* p, int64_t pkey, Rows v, int64_t j0, int64_t j1, int64_t step,
+                        float* o, int64_t os, int64_t len) {
+  if (R == 4 && j0 + 7 * step < j1) {
+    pv_rows4_keys8(p, pkey, v, j0, step, o, os, len);
+    return;
+  }
+  constexpr int W = R == 1 ? 4 : R == 2 ? 2 : 1;
+  const int64_t N = lanes();
+  int64_t x = 0;
+  for (; x + 2 * N * W <= len; x += 2 * N * W)
+    pv_block<R, W, Bf16Pairs, 1>(p, pkey, v, j0, j1, o, os, x, step);
+  for (; x < len; x += 2 * N) pv_block<R, 1, Bf16Pairs, 1>(p, pkey, v, j0, j1, o, os, x, step);
+}
+
 // Weights of row i, key j at p[i · PROW + j · pkey]: PROW = kTileKeys and pkey = 1 for row-major
 // scores, PROW = 1 for their transpose. The row stride is a template argument so the weights'
 // addresses in P·V's inner loop are a base plus constants: as a run-time argument GCC 12 kept
@@ -407,12 +489,12 @@ void accumulate(const float* p, int64_t pkey, int64_t rows, Rows v, int64_t j0, 
   }
 }
 
-// P·V of a whole tile for all `heads` KV heads (bf16 pairs, rows per head a multiple of 4 or 1,
-// weights transposed: row r, key j at p[r + j · ra]), walked in S = ceil(n / 8) blocks of at
-// most 8 keys (n keys in the tile) and, within a block, head by head. Block w holds keys j0 + w,
-// j0 + w + S, j0 + w + 2S, ...: with the heads of a slot adjacent in memory ([pages, P, H, D]) V
-// is read as 8 address-ordered runs side by side, run k through slots j0 + kS .. j0 + kS + S - 1
-// (8 KB for a full tile of 2 KB slots), each 4 KB page by one run, which the hardware
+// P·V of a whole tile for all `heads` KV heads (bf16 pairs; a head's rows 4 at a time, then the
+// 1-3 left, pv_rows; weights transposed: row r, key j at p[r + j · ra]), walked in S = ceil(n / 8)
+// blocks of at most 8 keys (n keys in the tile) and, within a block, head by head. Block w holds
+// keys j0 + w, j0 + w + S, j0 + w + 2S, ...: with the heads of a slot adjacent in memory ([pages,
+// P, H, D]) V is read as 8 address-ordered runs side by side, run k through slots j0 + kS .. j0 +
+// kS + S - 1 (8 KB for a full tile of 2 KB slots), each 4 KB page by one run, which the hardware
 // prefetchers follow. Blocks of 8 adjacent keys read each 4 KB page as two interleaved runs
 // (its two slots, a line column at a time), and decode took 3-7 % more time from DRAM on a Zen 3
 // host (same compute: equal in cache; session 42), as the scores did with pairs of adjacent
@@ -428,29 +510,34 @@ inline void pv_tile_pairs(const float* p, int64_t ra, int64_t head_rows, int64_t
                           int64_t v_head_bytes, int64_t j0, int64_t j1, float* o, int64_t os,
                           int64_t len, NextRows& next) {
   constexpr int64_t kKeyBlock = 8;
-  const int64_t N = lanes();
   const int64_t S = (j1 - j0 + kKeyBlock - 1) / kKeyBlock;  // blocks, and the key step in one
   const int64_t per = (next.slots() - next.at + S * heads - 1) / (S * heads);
   for (int64_t w = 0; w < S; ++w)
     for (int64_t g = 0; g < heads; ++g) {
       next.step(per);
       const Rows vg{v.p, v.off + g * v_head_bytes};
-      if (head_rows == 1) {  // MHA: one row, 4 vector pairs of O per pass (8 accumulators)
-        int64_t x = 0;
-        for (; x + 8 * N <= len; x += 8 * N)
-          pv_block<1, 4, Bf16Pairs, 1>(p + g, ra, vg, j0 + w, j1, o + g * os, os, x, S);
-        for (; x < len; x += 2 * N)
-          pv_block<1, 1, Bf16Pairs, 1>(p + g, ra, vg, j0 + w, j1, o + g * os, os, x, S);
+      if (head_rows == 1) {  // MHA: no per-row dispatch (through it, 1-2 % more time in cache)
+        pv_rows<1>(p + g, ra, vg, j0 + w, j1, S, o + g * os, os, len);
         continue;
       }
-      const bool full = j0 + w + 7 * S < j1;  // a block of 8 keys
-      for (int64_t r = g * head_rows; r < (g + 1) * head_rows; r += 4) {
-        if (full) {
-          pv_rows4_keys8(p + r, ra, vg, j0 + w, S, o + r * os, os, len);
-          continue;
+      const int64_t end = (g + 1) * head_rows;
+      for (int64_t r = g * head_rows; r < end; r += 4) {
+        const float* pr = p + r;
+        float* orow = o + r * os;
+        switch (std::min<int64_t>(4, end - r)) {
+          case 1:
+            pv_rows<1>(pr, ra, vg, j0 + w, j1, S, orow, os, len);
+            break;
+          case 2:
+            pv_rows<2>(pr, ra, vg, j0 + w, j1, S, orow, os, len);
+            break;
+          case 3:
+            pv_rows<3>(pr, ra, vg, j0 + w, j1, S, orow, os, len);
+            break;
+          default:
+            pv_rows<4>(pr, ra, vg, j0 + w, j1, S, orow, os, len);
+            break;
         }
-        for (int64_t x = 0; x < len; x += 2 * N)
-          pv_block<4, 1, Bf16Pairs, 1>(p + r, ra, vg, j0 + w, j1, o + r * os, os, x, S);
       }
     }
 }
