@@ -124,5 +124,11 @@ void run_splits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, fl
                 int64_t stride = 0, SplitClaim claim = {});
 /// Merges `n` states in order and writes the task's out / lse rows.
 void finish(const AttnArgs& a, const Task& t, const float* states, int64_t n);
+/// n elements of dtype dt at src as fp32 into dst, as the kernels convert K/V rows (SIMD, on the
+/// dispatched target); for tests.
+void widen_row(const void* src, DType dt, int64_t n, float* dst);
+/// n fp8 values (dt e4m3 or e5m2; n a multiple of 16) as bf16 bits, as decode stages fp8 K/V
+/// tiles; for tests.
+void fp8_row_to_bf16(const uint8_t* src, DType dt, int64_t n, uint16_t* dst);
 
 }  // namespace flashback::cpu_fast

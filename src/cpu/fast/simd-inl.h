@@ -49,6 +49,134 @@ HWY_INLINE void in_register(VF& v) {
   if constexpr (kWideRegs) pin_register(v);
 }
 
+using DU16 = hn::Rebind<uint16_t, DF>;
+
+// fp32 of N fp16 bit patterns, exactly, inf and NaN kept. x86 with F16C (the AVX2 and AVX-512
+// targets): its widening. Elsewhere by integer operations: Highway 1.0.3's emulated PromoteTo
+// (SSE4, SCALAR) turns inf and NaN into finite values (test_fast_targets found it). There the
+// exponent and mantissa move up 13 bits and a multiply by 2^112 rebiases them (fp16 subnormals
+// become fp32 subnormals first, exact unless the thread flushes denormals); the all-ones
+// exponent becomes fp32's.
+HWY_INLINE VF half_to_f32(hn::Vec<DU16> h) {
+  const DF df;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  return hn::PromoteTo(df, hn::BitCast(hn::Rebind<hwy::float16_t, DF>(), h));
+#else
+  const hn::RebindToSigned<DF> di;
+  const auto w = hn::PromoteTo(di, hn::BitCast(hn::Rebind<int16_t, DF>(), h));
+  const auto em = hn::And(w, hn::Set(di, 0x7FFF));
+  const auto sign = hn::BitCast(df, hn::ShiftLeft<16>(hn::And(w, hn::Set(di, 0x8000))));
+  const auto up = hn::ShiftLeft<13>(em);
+  const VF finite = hn::Mul(hn::BitCast(df, up), hn::Set(df, 0x1p112f));
+  const VF special = hn::BitCast(df, hn::Or(up, hn::Set(di, 0x7F800000)));
+  const auto is_special = hn::RebindMask(df, hn::Gt(em, hn::Set(di, 0x7BFF)));
+  return hn::Or(hn::IfThenElse(is_special, special, finite), sign);
+#endif
+}
+
+// N fp8 values (e4m3 when kE4M3, else e5m2) as fp32, exactly, through fp16 (this Highway
+// version has no fp8 vectors). e5m2 is the top byte of an fp16. An e4m3 byte with its exponent
+// and mantissa moved down one bit (and the sign kept) is an fp16 with the same mantissa and an
+// exponent 8 smaller (bias 7 against 15), subnormals included: times 2^8 it is the value; its
+// NaN codes (0x7F, 0xFF) get fp16's all-ones exponent. ~10 operations per N values against a
+// table lookup each.
+template <bool kE4M3>
+HWY_INLINE VF fp8_to_f32(const uint8_t* p) {
+  const DF df;
+  const DU16 du;
+  const auto w = hn::PromoteTo(du, hn::LoadU(hn::Rebind<uint8_t, DF>(), p));
+  if constexpr (!kE4M3) {
+    return half_to_f32(hn::ShiftLeft<8>(w));
+  } else {
+    const auto mag = hn::And(w, hn::Set(du, 0x7F));
+    auto h = hn::Or(hn::ShiftLeft<8>(hn::And(w, hn::Set(du, 0x80))), hn::ShiftLeft<7>(mag));
+    h = hn::Or(h, hn::IfThenElseZero(hn::Eq(mag, hn::Set(du, 0x7F)), hn::Set(du, 0x7C00)));
+    return hn::Mul(half_to_f32(h), hn::Set(df, 256.0f));
+  }
+}
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+// 32 fp8 bytes as 32 bf16, exactly, by byte table lookups (AVX2; ~0.75 instructions a value,
+// against ~2 through fp8_to_f32). A bf16's high byte is the sign and the top 7 exponent bits,
+// its low byte the exponent's last bit and the mantissa. For a normal fp8 the high byte
+// depends only on the byte's high nibble (sign and top exponent bits; e5m2 adds its exponent's
+// bit 1, in the low nibble) and the low byte only on the low nibble. Subnormals (exponent 0)
+// take both bytes from tables of the mantissa; the all-ones exponent (e4m3's NaN mantissa 7,
+// e5m2's inf and NaN) sets the high byte's 7 low bits, and the low byte already has the
+// exponent's last bit and a mantissa that tells inf from NaN.
+template <bool kE4M3>
+HWY_INLINE void fp8x32_to_bf16(const uint8_t* src, uint16_t* dst) {
+  auto bytes16 = [](int a, int b, int c, int d, int e, int f, int g, int h, int i, int j, int k,
+                    int l, int m, int n, int o, int p) {
+    return _mm256_setr_epi8(a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, a, b, c, d, e, f, g, h,
+                            i, j, k, l, m, n, o, p);
+  };
+  // Quads 0 2 1 3: the per-128-bit unpacks at the end put the values back in order.
+  const __m256i b =
+      _mm256_permute4x64_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)), 0xD8);
+  const __m256i nib = _mm256_set1_epi8(0x0F);
+  const __m256i hn = _mm256_and_si256(_mm256_srli_epi16(b, 4), nib);
+  const __m256i ln = _mm256_and_si256(b, nib);
+  const __m256i sign = _mm256_and_si256(b, _mm256_set1_epi8(static_cast<char>(0x80)));
+  __m256i hi, lo, sub, special;
+  if constexpr (kE4M3) {
+    // Bias 7 against 127: high byte s | (E + 120) >> 1 = 60 + E3E2E1; low byte E0 M << 4.
+    hi = _mm256_shuffle_epi8(
+        bytes16(60, 61, 62, 63, 64, 65, 66, 67, 0xBC, 0xBD, 0xBE, 0xBF, 0xC0, 0xC1, 0xC2, 0xC3),
+        hn);
+    lo = _mm256_slli_epi16(ln, 4);  // ln <= 15: no bit crosses into the next byte
+    // Subnormal m · 2^-9, m = 0..7 (the low nibble when the exponent is 0).
+    const __m256i shi =
+        bytes16(0, 0x3B, 0x3B, 0x3B, 0x3C, 0x3C, 0x3C, 0x3C, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m256i slo = bytes16(0, 0, 0x80, 0xC0, 0, 0x20, 0x40, 0x60, 0, 0, 0, 0, 0, 0, 0, 0);
+    sub = _mm256_cmpeq_epi8(_mm256_and_si256(b, _mm256_set1_epi8(0x78)), _mm256_setzero_si256());
+    hi = _mm256_blendv_epi8(hi, _mm256_or_si256(_mm256_shuffle_epi8(shi, ln), sign), sub);
+    lo = _mm256_blendv_epi8(lo, _mm256_shuffle_epi8(slo, ln), sub);
+    const __m256i m7f = _mm256_set1_epi8(0x7F);
+    special = _mm256_cmpeq_epi8(_mm256_and_si256(b, m7f), m7f);
+  } else {
+    // Bias 15 against 127: high byte s | (E + 112) >> 1 = 56 + E4E3E2E1; low byte E0 M << 5.
+    hi = _mm256_add_epi8(
+        _mm256_shuffle_epi8(
+            bytes16(56, 58, 60, 62, 64, 66, 68, 70, 0xB8, 0xBA, 0xBC, 0xBE, 0xC0, 0xC2, 0xC4, 0xC6),
+            hn),
+        _mm256_shuffle_epi8(bytes16(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), ln));
+    lo = _mm256_shuffle_epi8(bytes16(0, 0x20, 0x40, 0x60, 0x80, 0xA0, 0xC0, 0xE0, 0, 0x20, 0x40,
+                                     0x60, 0x80, 0xA0, 0xC0, 0xE0),
+                             ln);
+    // Subnormal m · 2^-16, m = 0..3.
+    const __m256i shi = bytes16(0, 0x37, 0x38, 0x38, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m256i slo = bytes16(0, 0x80, 0, 0x40, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m256i e = _mm256_and_si256(b, _mm256_set1_epi8(0x7C));
+    sub = _mm256_cmpeq_epi8(e, _mm256_setzero_si256());
+    hi = _mm256_blendv_epi8(hi, _mm256_or_si256(_mm256_shuffle_epi8(shi, ln), sign), sub);
+    lo = _mm256_blendv_epi8(lo, _mm256_shuffle_epi8(slo, ln), sub);
+    special = _mm256_cmpeq_epi8(e, _mm256_set1_epi8(0x7C));
+  }
+  hi = _mm256_or_si256(hi, _mm256_and_si256(special, _mm256_set1_epi8(0x7F)));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm256_unpacklo_epi8(lo, hi));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 16), _mm256_unpackhi_epi8(lo, hi));
+}
+#endif
+
+// n fp8 values at src as bf16 (exact: every e4m3 and e5m2 value is a bf16, NaN codes NaN), n a
+// multiple of N: 32 at a time by fp8x32_to_bf16 where there is AVX2, the rest through
+// fp8_to_f32 (whose fp32 has 16 zero low bits).
+template <bool kE4M3>
+HWY_INLINE void fp8_row_to_bf16(const uint8_t* src, int64_t n, uint16_t* dst) {
+  const hn::RebindToUnsigned<DF> du;
+  const hn::RebindToSigned<DF> di;
+  int64_t i = 0;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  for (; i + 32 <= n; i += 32) fp8x32_to_bf16<kE4M3>(src + i, dst + i);
+#endif
+  for (; i < n; i += lanes()) {
+    const auto hi =
+        hn::BitCast(di, hn::ShiftRight<16>(hn::BitCast(du, fp8_to_f32<kE4M3>(src + i))));
+    hn::StoreU(hn::DemoteTo(DU16(), hi), DU16(), dst + i);
+  }
+}
+
 // Converts n elements at `src` (any cache/activation dtype) to fp32 and zero-fills to `padded`.
 inline void convert_row(const void* src, DType dt, int64_t n, int64_t padded, float* dst) {
   const DF df;
@@ -62,11 +190,16 @@ inline void convert_row(const void* src, DType dt, int64_t n, int64_t padded, fl
     const auto* s = static_cast<const hwy::bfloat16_t*>(src);
     for (; i + N <= n; i += N) hn::StoreU(hn::PromoteTo(df, hn::LoadU(db, s + i)), df, dst + i);
   } else if (dt == DType::kF16) {
-    const hn::Rebind<hwy::float16_t, DF> dh;
-    const auto* s = static_cast<const hwy::float16_t*>(src);
-    for (; i + N <= n; i += N) hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, s + i)), df, dst + i);
+    const auto* s = static_cast<const uint16_t*>(src);
+    for (; i + N <= n; i += N) hn::StoreU(half_to_f32(hn::LoadU(DU16(), s + i)), df, dst + i);
+  } else if (dt == DType::kF8E4M3) {
+    const auto* s = static_cast<const uint8_t*>(src);
+    for (; i + N <= n; i += N) hn::StoreU(fp8_to_f32<true>(s + i), df, dst + i);
+  } else if (dt == DType::kF8E5M2) {
+    const auto* s = static_cast<const uint8_t*>(src);
+    for (; i + N <= n; i += N) hn::StoreU(fp8_to_f32<false>(s + i), df, dst + i);
   }
-  // Tails and fp8 (no SIMD fp8 in this Highway version: a 256-entry table).
+  // Tails (fp8: a 256-entry table).
   for (; i < n; ++i) dst[i] = load_f32(src, dt, i);
   for (; i < padded; ++i) dst[i] = 0.0f;
 }
@@ -129,6 +262,8 @@ HWY_INLINE VF load_f32v(const T* p) {
   const DF df;
   if constexpr (std::is_same_v<T, float>) {
     return hn::LoadU(df, p);
+  } else if constexpr (std::is_same_v<T, hwy::float16_t>) {
+    return half_to_f32(hn::LoadU(DU16(), reinterpret_cast<const uint16_t*>(p)));
   } else {
     return hn::PromoteTo(df, hn::LoadU(hn::Rebind<T, DF>(), p));
   }
