@@ -46,30 +46,38 @@ TEST(FastPaged, EveryDtypePairPageSizeAndGqa) {
         }
 }
 
-// The decode tile path (bf16 K/V, up to 8 rows per KV head) for every group size 1-8, with KV
-// heads per task that leave groups of 4 rows spanning heads and a padded last group (3 and 5
-// KV heads), decode and short extends (2 and 3 tokens: 2-8 rows per head), one and two threads.
+// The decode tile path (bf16 K/V read in place, fp16 in place in order, fp8 staged as bf16; up
+// to 8 rows per KV head) for every group size 1-8, with KV heads per task that leave groups of
+// 4 rows spanning heads and a padded last group (3 and 5 KV heads), decode and short extends (2
+// and 3 tokens: 2-8 rows per head), one and two threads.
 TEST(FastPaged, TilePathEveryGroupSize) {
+  const DType pairs[][2] = {{DType::kBF16, DType::kBF16},
+                            {DType::kF16, DType::kF16},
+                            {DType::kBF16, DType::kF8E4M3},
+                            {DType::kF16, DType::kF8E5M2}};
   uint64_t seed = 500;
-  for (int gqa = 1; gqa <= 8; ++gqa)
-    for (int heads_kv : {1, 3, 5})
-      for (int head_dim : {64, 128}) {
-        AttentionCase c;
-        c.page_size = gqa % 2 == 0 ? 16 : 1;
-        c.heads_kv = heads_kv;
-        c.heads_q = gqa * heads_kv;
-        c.head_dim = head_dim;
-        c.dtype = DType::kBF16;
-        c.kv_dtype = DType::kBF16;
-        c.q_lens = {1, 1, 2, 1, 3};
-        c.kv_lens = {0, 1, 47, 100, 600};
-        const PagedData d = make_paged(c, ++seed);
-        for (int threads : {1, 2}) {
-          PagedData e = testing::with_fresh_outputs(d);
-          EXPECT_CLOSE(check_paged(e, fast(threads)),
-                       c.describe() + ", threads " + std::to_string(threads));
+  for (const auto& [q, kv] : pairs)
+    for (int gqa = 1; gqa <= 8; ++gqa)
+      for (int heads_kv : {1, 3, 5})
+        for (int head_dim : {64, 128}) {
+          // bf16 at both head dims and every KV head count, the others at 128 with 3 KV heads
+          if (kv != DType::kBF16 && (head_dim == 64 || heads_kv != 3)) continue;
+          AttentionCase c;
+          c.page_size = gqa % 2 == 0 ? 16 : 1;
+          c.heads_kv = heads_kv;
+          c.heads_q = gqa * heads_kv;
+          c.head_dim = head_dim;
+          c.dtype = q;
+          c.kv_dtype = kv;
+          c.q_lens = {1, 1, 2, 1, 3};
+          c.kv_lens = {0, 1, 47, 100, 600};
+          const PagedData d = make_paged(c, ++seed);
+          for (int threads : {1, 2}) {
+            PagedData e = testing::with_fresh_outputs(d);
+            EXPECT_CLOSE(check_paged(e, fast(threads)),
+                         c.describe() + ", threads " + std::to_string(threads));
+          }
         }
-      }
 }
 
 struct Variant {

@@ -220,7 +220,10 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
   // Decode over bf16 pairs (up to 8 rows per KV head): a tile's scores for all the task's KV
   // heads in one pass, two keys at a time, 4 rows per pass (scores_tile_pairs; groups of 4 rows
   // that span KV heads where a head has 1-3, 5-7), then softmax and P·V (pv_tile_pairs).
-  const bool tile_scores = direct && pairs;
+  // fp16 K/V on the same tile kernels, 2N elements as two vectors in order (F16Halves).
+  const bool f16_halves = direct && tile_dtype == DType::kF16 && N <= 16 &&
+                          a.head_dim % (2 * N) == 0 && a.head_dim_v % (2 * N) == 0;
+  const bool tile_scores = direct && (pairs || f16_halves);
   if (pairs && direct)
     for (int64_t r = 0; r < rows; ++r) permute_pairs(sc.q.data() + r * qs, a.head_dim, true);
   // The last group of 4 rows' padding rows score zeros (masked by the softmax).
@@ -251,9 +254,10 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
   static_assert(kTileKeys == 2 * amx::kKeys, "amx::pv_tile takes tiles of 32 keys");
   // Scores and P·V on AMX tiles where the host has them (amx.h): raw bf16 q and K (exact
   // products), the scale folded in per row afterwards; P rounded to bf16 for P·V.
-  const bool use_amx = tile_scores && a.q_dtype == DType::kBF16 && a.head_dim % 32 == 0 &&
-                       a.head_dim_v % 64 == 0 && a.head_dim_v <= amx::kMaxDv &&
-                       head_rows % 4 == 0 && head_rows <= amx::kMaxRows && amx::usable();
+  const bool use_amx = tile_scores && !f16_halves && a.q_dtype == DType::kBF16 &&
+                       a.head_dim % 32 == 0 && a.head_dim_v % 64 == 0 &&
+                       a.head_dim_v <= amx::kMaxDv && head_rows % 4 == 0 &&
+                       head_rows <= amx::kMaxRows && amx::usable();
   struct AmxTiles {  // this thread's tile configuration, for the task
     bool on;
     ~AmxTiles() {
@@ -266,8 +270,8 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
   }
   // Elsewhere, on AVX-512 targets, scores and P·V by VDPBF16PS where the host has AVX512-BF16
   // (dpbf16.h): raw bf16 q and K, P rounded to bf16.
-  const bool use_dpbf16 = kDpbf16Target && !use_amx && tile_scores && head_rows % 4 == 0 &&
-                          a.q_dtype == DType::kBF16 && a.head_dim % 32 == 0 &&
+  const bool use_dpbf16 = kDpbf16Target && !use_amx && tile_scores && !f16_halves &&
+                          head_rows % 4 == 0 && a.q_dtype == DType::kBF16 && a.head_dim % 32 == 0 &&
                           a.head_dim_v % 64 == 0 && 2 * a.head_dim_v <= NextRows::kSpareBytes &&
                           dpbf16::usable();
   if (use_dpbf16) prepare_dpbf16(a, t, head_rows, ra, sc);
@@ -408,9 +412,12 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
         else if (use_dpbf16)
           dpbf16::scores_tile(sc.qb.data(), a.head_dim, head_rows, t.ng, kp, k_head_bytes, j0, j1,
                               sc.st.data(), ra, sc.row_scale.data(), next);
+        else if (f16_halves)
+          scores_tile_pairs<F16Halves>(sc.q.data(), qs, head_rows, t.ng, Rows{kp, 0}, k_head_bytes,
+                                       qk_len, j0, j1, sc.st.data(), ra, next);
         else
-          scores_tile_pairs(sc.q.data(), qs, head_rows, t.ng, Rows{kp, 0}, k_head_bytes, qk_len, j0,
-                            j1, sc.st.data(), ra, next);
+          scores_tile_pairs<Bf16Pairs>(sc.q.data(), qs, head_rows, t.ng, Rows{kp, 0}, k_head_bytes,
+                                       qk_len, j0, j1, sc.st.data(), ra, next);
         // m, l of padding rows stay -inf, 0 (they see no key); pm, pl hold kMaxRows ≥ ra.
         float* alpha = sc.wm.data();
         wide_softmax(sc.st.data(), ra, j0, j1, ts, sc.row_lo.data(), sc.row_hi.data(), a.softcap,
@@ -427,9 +434,12 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
         } else if (use_dpbf16) {
           dpbf16::pv_tile(sc.st.data(), ra, head_rows, t.ng, vp, v_head_bytes, j0, j1, po, dvp,
                           a.head_dim_v, sc.pwords.data(), next);
+        } else if (f16_halves) {
+          pv_tile_pairs<F16Halves>(sc.st.data(), ra, head_rows, t.ng, Rows{vp, 0}, v_head_bytes, j0,
+                                   j1, po, dvp, a.head_dim_v, next);
         } else {
-          pv_tile_pairs(sc.st.data(), ra, head_rows, t.ng, Rows{vp, 0}, v_head_bytes, j0, j1, po,
-                        dvp, a.head_dim_v, next);
+          pv_tile_pairs<Bf16Pairs>(sc.st.data(), ra, head_rows, t.ng, Rows{vp, 0}, v_head_bytes, j0,
+                                   j1, po, dvp, a.head_dim_v, next);
         }
         next.finish();
         continue;

@@ -82,7 +82,7 @@ constexpr int group_head(int mask, int i) {
 // s[0 .. 3]. Each accumulator sees the MulAdd sequence of dot_block<4, K, Bf16Pairs> and the same
 // lane sums, so a score has the same bits whichever keys share a block. Row i's K row is at
 // k + group_head(kMask, i) · k_row bytes, loaded once per head of the group.
-template <int kMask = 1>
+template <int kMask = 1, class P = Bf16Pairs>
 HWY_INLINE void dot_rows_1key(const float* q, int64_t qs, const void* k, int64_t len, float* s,
                               int64_t k_row = 0) {
   const DF df;
@@ -93,7 +93,7 @@ HWY_INLINE void dot_rows_1key(const float* q, int64_t qs, const void* k, int64_t
     VF ke, ko;
     for (int i = 0; i < 4; ++i) {
       if (i == 0 || ((kMask >> i) & 1))
-        load_pair(static_cast<const char*>(k) + group_head(kMask, i) * k_row, x, ke, ko);
+        load_two<P>(static_cast<const char*>(k) + group_head(kMask, i) * k_row, x, ke, ko);
       acc[i] = hn::MulAdd(hn::LoadU(df, q + i * qs + x + N), ko,
                           hn::MulAdd(hn::LoadU(df, q + i * qs + x), ke, acc[i]));
     }
@@ -108,7 +108,7 @@ HWY_INLINE void dot_rows_1key(const float* q, int64_t qs, const void* k, int64_t
 // of the two stream rows at pa and pb (2 · len bytes each) are prefetched N / 8 a chunk, which
 // covers both rows exactly when len is a multiple of 32. kMask: row i's K rows are at
 // k0 + group_head(kMask, i) · k_row and k1 + ... bytes, loaded once per head of the group.
-template <bool kPf, int kMask = 1>
+template <bool kPf, int kMask = 1, class P = Bf16Pairs>
 HWY_INLINE void dot_rows_2keys(const float* q, int64_t qs, const void* k0, const void* k1,
                                int64_t len, float* s0, float* s1, const char* pa = nullptr,
                                const char* pb = nullptr, int64_t k_row = 0) {
@@ -130,8 +130,8 @@ HWY_INLINE void dot_rows_2keys(const float* q, int64_t qs, const void* k0, const
     for (int i = 0; i < 4; ++i) {
       if (i == 0 || ((kMask >> i) & 1)) {
         const int64_t off = group_head(kMask, i) * k_row;
-        load_pair(static_cast<const char*>(k0) + off, x, ae, ao);
-        load_pair(static_cast<const char*>(k1) + off, x, be, bo);
+        load_two<P>(static_cast<const char*>(k0) + off, x, ae, ao);
+        load_two<P>(static_cast<const char*>(k1) + off, x, be, bo);
       }
       VF qe = hn::LoadU(df, q + i * qs + x), qo = hn::LoadU(df, q + i * qs + x + N);
       pin_register(qe);
@@ -175,9 +175,10 @@ HWY_INLINE void with_group_mask(int mask, F&& f) {
 // group's padding, up to `ra`) score q rows the caller zeroed against the last head's K rows;
 // the softmax masks them. The stream takes an even share of `heads` rows per key before each
 // group. An odd last key goes alone.
-inline void scores_tile_groups(const float* q, int64_t qs, int64_t head_rows, int64_t heads, Rows k,
-                               int64_t k_head_bytes, int64_t len, int64_t j0, int64_t j1, float* s,
-                               int64_t skey, NextRows& next) {
+template <class P>
+void scores_tile_groups(const float* q, int64_t qs, int64_t head_rows, int64_t heads, Rows k,
+                        int64_t k_head_bytes, int64_t len, int64_t j0, int64_t j1, float* s,
+                        int64_t skey, NextRows& next) {
   const int64_t rows = heads * head_rows, groups = (rows + 3) / 4;
   int mask[kMaxRows / 4];
   int64_t first[kMaxRows / 4];  // byte offset of the group's first row's K row
@@ -206,7 +207,7 @@ inline void scores_tile_groups(const float* q, int64_t qs, int64_t head_rows, in
       for (int64_t c = 0; c < groups; ++c) {
         next.step(even_share(2 * heads, c, groups));
         group(c, [&](auto m) {
-          dot_rows_2keys<false, decltype(m)::value>(
+          dot_rows_2keys<false, decltype(m)::value, P>(
               q + 4 * c * qs, qs, ka + first[c], kb + first[c], len, s + ja * skey + 4 * c,
               s + jb * skey + 4 * c, nullptr, nullptr, k_head_bytes);
         });
@@ -218,8 +219,8 @@ inline void scores_tile_groups(const float* q, int64_t qs, int64_t head_rows, in
     const char* kr = static_cast<const char*>(k[j]);
     for (int64_t c = 0; c < groups; ++c)
       group(c, [&](auto m) {
-        dot_rows_1key<decltype(m)::value>(q + 4 * c * qs, qs, kr + first[c], len,
-                                          s + j * skey + 4 * c, k_head_bytes);
+        dot_rows_1key<decltype(m)::value, P>(q + 4 * c * qs, qs, kr + first[c], len,
+                                             s + j * skey + 4 * c, k_head_bytes);
       });
   };
   bool uniform = true;
@@ -247,11 +248,12 @@ inline void scores_tile_groups(const float* q, int64_t qs, int64_t head_rows, in
 // loop (~25 instructions a row) and equal or 1-3 % less from DRAM (Zen 3, session 41). An odd
 // last key goes alone. Rows per KV head not a multiple of 4: scores_tile_groups. Out of line:
 // inlined into RunSplits (as GCC 12 did once the function shrank) decode ran 2-4 % slower.
+template <class P>
 HWY_NOINLINE void scores_tile_pairs(const float* q, int64_t qs, int64_t head_rows, int64_t heads,
                                     Rows k, int64_t k_head_bytes, int64_t len, int64_t j0,
                                     int64_t j1, float* s, int64_t skey, NextRows& next) {
   if (head_rows % 4 != 0) {
-    scores_tile_groups(q, qs, head_rows, heads, k, k_head_bytes, len, j0, j1, s, skey, next);
+    scores_tile_groups<P>(q, qs, head_rows, heads, k, k_head_bytes, len, j0, j1, s, skey, next);
     return;
   }
   const int64_t groups = head_rows / 4, per_key = heads * groups;  // groups of 4 rows
@@ -278,7 +280,7 @@ HWY_NOINLINE void scores_tile_pairs(const float* q, int64_t qs, int64_t head_row
         for (int64_t i = 0; i < groups; ++i, qc += 4 * qs, sa += 4, sb += 4) {
           const char* pa = next.take();
           const char* pb = groups == 1 ? next.take() : NextRows::spare();
-          dot_rows_2keys<true>(qc, qs, ka, kb, len, sa, sb, pa, pb);
+          dot_rows_2keys<true, 1, P>(qc, qs, ka, kb, len, sa, sb, pa, pb);
         }
       continue;
     }
@@ -286,7 +288,7 @@ HWY_NOINLINE void scores_tile_pairs(const float* q, int64_t qs, int64_t head_row
     for (int64_t g = 0; g < heads; ++g, ka += k_head_bytes, kb += k_head_bytes)
       for (int64_t i = 0; i < groups; ++i, qc += 4 * qs, sa += 4, sb += 4) {
         next.step(*sh++);
-        dot_rows_2keys<false>(qc, qs, ka, kb, len, sa, sb);
+        dot_rows_2keys<false, 1, P>(qc, qs, ka, kb, len, sa, sb);
       }
   }
   const int64_t j = j0 + 2 * half;
@@ -297,7 +299,8 @@ HWY_NOINLINE void scores_tile_pairs(const float* q, int64_t qs, int64_t head_row
   const float* qc = q;
   float* sc = s + j * skey;
   for (int64_t g = 0; g < heads; ++g, kr += k_head_bytes)
-    for (int64_t i = 0; i < groups; ++i, qc += 4 * qs, sc += 4) dot_rows_1key(qc, qs, kr, len, sc);
+    for (int64_t i = 0; i < groups; ++i, qc += 4 * qs, sc += 4)
+      dot_rows_1key<1, P>(qc, qs, kr, len, sc);
 }
 
 // Scores of `rows` rows against tile keys [j0, j1) (key j's row at k[j]); the next tile's rows
@@ -350,7 +353,7 @@ HWY_INLINE void pv_block(const float* p, int64_t pkey, Rows v, int64_t j0, int64
                          int64_t os, int64_t x, int64_t step = 1) {
   const DF df;
   const int64_t N = lanes();
-  constexpr int kV = std::is_same_v<T, Bf16Pairs> ? 2 * W : W;  // vectors of O per row
+  constexpr int kV = kPairTag<T> ? 2 * W : W;  // vectors of O per row
   VF acc[R][kV];
   for (int i = 0; i < R; ++i)
     for (int w = 0; w < kV; ++w) acc[i][w] = hn::LoadU(df, o + i * os + x + w * N);
@@ -358,8 +361,8 @@ HWY_INLINE void pv_block(const float* p, int64_t pkey, Rows v, int64_t j0, int64
   for (int64_t j = j0; j < j1; j += step) {
     VF vv[kV];
     for (int w = 0; w < W; ++w) {
-      if constexpr (std::is_same_v<T, Bf16Pairs>) {
-        load_pair(v[j], x + 2 * w * N, vv[2 * w], vv[2 * w + 1]);
+      if constexpr (kPairTag<T>) {
+        load_two<T>(v[j], x + 2 * w * N, vv[2 * w], vv[2 * w + 1]);
       } else {
         vv[w] = load_f32v(static_cast<const T*>(v[j]) + x + w * N);
       }
@@ -380,6 +383,7 @@ HWY_INLINE void pv_block(const float* p, int64_t pkey, Rows v, int64_t j0, int64
 // V load and widening and its 8 FMAs, without pv_block's row-pointer load, weight-pointer step
 // and loop test (20 -> 15 instructions a key and column chunk). The same MulAdd sequence per
 // element as pv_block, so the same bits.
+template <class P>
 HWY_INLINE void pv_rows4_keys8(const float* p, int64_t pkey, Rows v, int64_t j0, int64_t step,
                                float* o, int64_t os, int64_t len) {
   const DF df;
@@ -402,7 +406,7 @@ HWY_INLINE void pv_rows4_keys8(const float* p, int64_t pkey, Rows v, int64_t j0,
     }
     for (int k = 0; k < 8; ++k) {
       VF ve, vo;
-      load_pair(vk[k], x, ve, vo);
+      load_two<P>(vk[k], x, ve, vo);
       for (int i = 0; i < 4; ++i) {
         const VF pb = hn::Set(df, wp[4 * k + i]);
         acc[i][0] = hn::MulAdd(pb, ve, acc[i][0]);
@@ -420,19 +424,19 @@ HWY_INLINE void pv_rows4_keys8(const float* p, int64_t pkey, Rows v, int64_t j0,
 // 8), all `len` columns: 4 rows of a full block of 8 unrolled (pv_rows4_keys8), else pv_block,
 // W column pairs at a time for 8 accumulator chains where the rows are fewer than 4 (1 row
 // unrolled as pv_rows4_keys8 is took 3-4 % more time in cache in MHA decode; 2 or 3 equal).
-template <int R>
+template <int R, class P>
 HWY_INLINE void pv_rows(const float* p, int64_t pkey, Rows v, int64_t j0, int64_t j1, int64_t step,
                         float* o, int64_t os, int64_t len) {
   if (R == 4 && j0 + 7 * step < j1) {
-    pv_rows4_keys8(p, pkey, v, j0, step, o, os, len);
+    pv_rows4_keys8<P>(p, pkey, v, j0, step, o, os, len);
     return;
   }
   constexpr int W = R == 1 ? 4 : R == 2 ? 2 : 1;
   const int64_t N = lanes();
   int64_t x = 0;
   for (; x + 2 * N * W <= len; x += 2 * N * W)
-    pv_block<R, W, Bf16Pairs, 1>(p, pkey, v, j0, j1, o, os, x, step);
-  for (; x < len; x += 2 * N) pv_block<R, 1, Bf16Pairs, 1>(p, pkey, v, j0, j1, o, os, x, step);
+    pv_block<R, W, P, 1>(p, pkey, v, j0, j1, o, os, x, step);
+  for (; x < len; x += 2 * N) pv_block<R, 1, P, 1>(p, pkey, v, j0, j1, o, os, x, step);
 }
 
 // Weights of row i, key j at p[i · PROW + j · pkey]: PROW = kTileKeys and pkey = 1 for row-major
@@ -506,9 +510,10 @@ void accumulate(const float* p, int64_t pkey, int64_t rows, Rows v, int64_t j0, 
 // whole tile instead, a head's 32 V rows, 2 KB apart, fall in two L1 sets per line column and
 // decode ran 0-5 % slower from DRAM (session 37). `next` takes an even share of its remaining
 // slots before each (block, head).
-inline void pv_tile_pairs(const float* p, int64_t ra, int64_t head_rows, int64_t heads, Rows v,
-                          int64_t v_head_bytes, int64_t j0, int64_t j1, float* o, int64_t os,
-                          int64_t len, NextRows& next) {
+template <class P>
+void pv_tile_pairs(const float* p, int64_t ra, int64_t head_rows, int64_t heads, Rows v,
+                   int64_t v_head_bytes, int64_t j0, int64_t j1, float* o, int64_t os, int64_t len,
+                   NextRows& next) {
   constexpr int64_t kKeyBlock = 8;
   const int64_t S = (j1 - j0 + kKeyBlock - 1) / kKeyBlock;  // blocks, and the key step in one
   const int64_t per = (next.slots() - next.at + S * heads - 1) / (S * heads);
@@ -517,7 +522,7 @@ inline void pv_tile_pairs(const float* p, int64_t ra, int64_t head_rows, int64_t
       next.step(per);
       const Rows vg{v.p, v.off + g * v_head_bytes};
       if (head_rows == 1) {  // MHA: no per-row dispatch (through it, 1-2 % more time in cache)
-        pv_rows<1>(p + g, ra, vg, j0 + w, j1, S, o + g * os, os, len);
+        pv_rows<1, P>(p + g, ra, vg, j0 + w, j1, S, o + g * os, os, len);
         continue;
       }
       const int64_t end = (g + 1) * head_rows;
@@ -526,16 +531,16 @@ inline void pv_tile_pairs(const float* p, int64_t ra, int64_t head_rows, int64_t
         float* orow = o + r * os;
         switch (std::min<int64_t>(4, end - r)) {
           case 1:
-            pv_rows<1>(pr, ra, vg, j0 + w, j1, S, orow, os, len);
+            pv_rows<1, P>(pr, ra, vg, j0 + w, j1, S, orow, os, len);
             break;
           case 2:
-            pv_rows<2>(pr, ra, vg, j0 + w, j1, S, orow, os, len);
+            pv_rows<2, P>(pr, ra, vg, j0 + w, j1, S, orow, os, len);
             break;
           case 3:
-            pv_rows<3>(pr, ra, vg, j0 + w, j1, S, orow, os, len);
+            pv_rows<3, P>(pr, ra, vg, j0 + w, j1, S, orow, os, len);
             break;
           default:
-            pv_rows<4>(pr, ra, vg, j0 + w, j1, S, orow, os, len);
+            pv_rows<4, P>(pr, ra, vg, j0 + w, j1, S, orow, os, len);
             break;
         }
       }

@@ -313,6 +313,26 @@ HWY_INLINE void load_pair(const void* row, int64_t x, VF& even, VF& odd) {
   odd = hn::BitCast(df, hn::And(u, hn::Set(du, 0xFFFF0000u)));
 }
 
+// Tag for fp16 K/V on the same tile kernels as Bf16Pairs: 2N fp16 elements as two fp32 vectors
+// in order (half_to_f32, F16C's widening on x86), so q and O rows keep their order.
+struct F16Halves {};
+
+template <class P>
+inline constexpr bool kPairTag = std::is_same_v<P, Bf16Pairs> || std::is_same_v<P, F16Halves>;
+
+// Elements [x, x + 2N) of a bf16 (Bf16Pairs: even and odd elements) or fp16 (F16Halves: the
+// first N and the next N) row as two fp32 vectors.
+template <class P>
+HWY_INLINE void load_two(const void* row, int64_t x, VF& a, VF& b) {
+  if constexpr (std::is_same_v<P, Bf16Pairs>) {
+    load_pair(row, x, a, b);
+  } else {
+    const auto* h = static_cast<const uint16_t*>(row) + x;
+    a = half_to_f32(hn::LoadU(DU16(), h));
+    b = half_to_f32(hn::LoadU(DU16(), h + lanes()));
+  }
+}
+
 // Row x (len elements, a multiple of 2N) to / from the de-interleaved pair order.
 inline void permute_pairs(float* x, int64_t len, bool forward) {
   const int64_t N = lanes();
