@@ -47,9 +47,10 @@ TEST(FastPaged, EveryDtypePairPageSizeAndGqa) {
 }
 
 // The decode tile path (bf16 K/V read in place, fp16 in place in order, fp8 staged as bf16; up
-// to 8 rows per KV head) for every group size 1-8, with KV heads per task that leave groups of
+// to 16 rows per KV head) for every group size 1-8, with KV heads per task that leave groups of
 // 4 rows spanning heads and a padded last group (3 and 5 KV heads), decode and short extends (2
-// and 3 tokens: 2-8 rows per head), one and two threads.
+// and 3 tokens: up to 16 rows per head on the tile path, 18-24 on the transposed one), one and
+// two threads.
 TEST(FastPaged, TilePathEveryGroupSize) {
   const DType pairs[][2] = {{DType::kBF16, DType::kBF16},
                             {DType::kF16, DType::kF16},

@@ -191,13 +191,20 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
   // Reading K/V in place (no fp32 copy) pays when few rows share each key: the copy would be
   // read back only a few times. Needs whole vectors per row (no reads past a row's end).
   const int64_t N = lanes();
-  // fp8 K/V in decode: each tile's rows widened to bf16 once (exact; fp8x32_to_bf16) into
-  // sc.kv16, [key][KV head][dim], and read there by the bf16 tile path as if in place: 1.5x less
-  // time from DRAM than fp32 tiles and the generic path (session 45; staged through fp8_to_f32's
-  // ~2 instructions a value, equal to them).
-  const bool fp8_staged = is_fp8(a.kv_dtype) && !mla && head_rows <= 8 && N <= 16 &&
-                          a.head_dim % (2 * N) == 0 && a.head_dim_v % (2 * N) == 0;
-  const DType tile_dtype = fp8_staged ? DType::kBF16 : a.kv_dtype;
+  // The tile kernels (decode-inl.h) take bf16 and fp16 K/V in place, and fp8 K/V with each tile's
+  // rows widened to bf16 once (exact; fp8x32_to_bf16) into sc.kv16, [key][KV head][dim], read
+  // there as if in place: 1.5x less time from DRAM than fp32 tiles and the generic path (session
+  // 45; staged through fp8_to_f32's ~2 instructions a value, equal to them).
+  const bool dims_2n = N <= 16 && a.head_dim % (2 * N) == 0 && a.head_dim_v % (2 * N) == 0;
+  const bool fp8_tiles = is_fp8(a.kv_dtype) && !mla && dims_2n;
+  const bool tile_kv =
+      !mla && dims_2n && (fp8_tiles || a.kv_dtype == DType::kBF16 || a.kv_dtype == DType::kF16);
+  // Rows per KV head read against K/V in place: up to 8; up to 16 on the tile kernels, where 12
+  // and 16 rows (verify with GQA 4) took 0.82 and 0.92x the transposed path's time (session 45;
+  // 32 rows gained nothing in single runs).
+  const int64_t direct_rows = tile_kv ? 16 : 8;
+  const bool fp8_staged = fp8_tiles && head_rows <= direct_rows;
+  const DType tile_dtype = fp8_staged ? DType::kBF16 : a.kv_dtype;  // as the kernels read it
   // Bytes between KV heads' rows of a key as the tile kernels read them.
   const int64_t k_head_bytes = fp8_staged ? 2 * a.head_dim : a.k_head * esz;
   const int64_t v_head_bytes = fp8_staged ? 2 * a.head_dim_v : a.v_head * esz;
@@ -205,11 +212,11 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
     sc.kv16.resize(static_cast<size_t>(kTileKeys * t.ng * (a.head_dim + a.head_dim_v)));
   uint16_t* k16 = sc.kv16.data();
   uint16_t* v16 = k16 + kTileKeys * t.ng * a.head_dim;
-  const bool direct = !mla && (!is_fp8(a.kv_dtype) || fp8_staged) && head_rows <= 8 &&
+  const bool direct = !mla && (!is_fp8(a.kv_dtype) || fp8_staged) && head_rows <= direct_rows &&
                       a.head_dim % N == 0 && a.head_dim_v % N == 0;
   const int64_t qk_len = direct ? a.head_dim : qs, pv_len = direct ? a.head_dim_v : dvp;
-  // More than a vector's worth of rows per KV head: the transposed (rows-in-lanes) path.
-  const bool wide = head_rows > 8;
+  // More rows per KV head: the transposed (rows-in-lanes) path.
+  const bool wide = head_rows > direct_rows;
   // bf16 K/V read in place as pairs (decode-inl.h), O rows de-interleaved in chunks of 2N: in
   // decode with q rows de-interleaved to match; in the wide path K needs only even rows (pairs
   // of elements broadcast), so no fp32 tile is built.
@@ -217,12 +224,11 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
   const bool wide_pairs = wide && bf16_pairs && !mla && a.head_dim % 2 == 0;
   const bool pairs = (direct && bf16_pairs && a.head_dim % (2 * N) == 0) || wide_pairs;
   const bool in_place = direct || wide_pairs;  // else K/V rows are converted to fp32 tiles
-  // Decode over bf16 pairs (up to 8 rows per KV head): a tile's scores for all the task's KV
-  // heads in one pass, two keys at a time, 4 rows per pass (scores_tile_pairs; groups of 4 rows
-  // that span KV heads where a head has 1-3, 5-7), then softmax and P·V (pv_tile_pairs).
+  // Decode and verify over bf16 pairs (up to 16 rows per KV head): a tile's scores for all the
+  // task's KV heads in one pass, two keys at a time, 4 rows per pass (scores_tile_pairs; groups of
+  // 4 rows that span KV heads where a head has 1-3, 5-7), then softmax and P·V (pv_tile_pairs).
   // fp16 K/V on the same tile kernels, 2N elements as two vectors in order (F16Halves).
-  const bool f16_halves = direct && tile_dtype == DType::kF16 && N <= 16 &&
-                          a.head_dim % (2 * N) == 0 && a.head_dim_v % (2 * N) == 0;
+  const bool f16_halves = direct && tile_dtype == DType::kF16 && dims_2n;
   const bool tile_scores = direct && (pairs || f16_halves);
   if (pairs && direct)
     for (int64_t r = 0; r < rows; ++r) permute_pairs(sc.q.data() + r * qs, a.head_dim, true);
@@ -271,9 +277,9 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
   // Elsewhere, on AVX-512 targets, scores and P·V by VDPBF16PS where the host has AVX512-BF16
   // (dpbf16.h): raw bf16 q and K, P rounded to bf16.
   const bool use_dpbf16 = kDpbf16Target && !use_amx && tile_scores && !f16_halves &&
-                          head_rows % 4 == 0 && a.q_dtype == DType::kBF16 && a.head_dim % 32 == 0 &&
-                          a.head_dim_v % 64 == 0 && 2 * a.head_dim_v <= NextRows::kSpareBytes &&
-                          dpbf16::usable();
+                          head_rows % 4 == 0 && head_rows <= 8 && a.q_dtype == DType::kBF16 &&
+                          a.head_dim % 32 == 0 && a.head_dim_v % 64 == 0 &&
+                          2 * a.head_dim_v <= NextRows::kSpareBytes && dpbf16::usable();
   if (use_dpbf16) prepare_dpbf16(a, t, head_rows, ra, sc);
   if (tile_scores) {
     sc.st.resize(static_cast<size_t>(kTileKeys * ra));

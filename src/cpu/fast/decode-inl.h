@@ -260,8 +260,9 @@ HWY_NOINLINE void scores_tile_pairs(const float* q, int64_t qs, int64_t head_row
   // The stream's rows before each group's dot products (a task holds at most kMaxRows rows).
   int64_t share[kMaxRows / 4];
   for (int64_t c = 0; c < per_key; ++c) share[c] = even_share(2 * heads, c, per_key);
-  // Each group's share is 2 / groups rows (1 or 2: at most 8 rows per KV head here); with one
-  // row, the spare row stands in for the second.
+  // With 1 or 2 groups per head each group's share is 2 / groups rows (with one row, the spare
+  // row stands in for the second), taken inside its dot products; with 3 or 4 (12-16 rows per
+  // head) a step before each group.
   const bool inner = groups <= 2 && lanes() >= 8 && len % 32 == 0 && next.k_bytes() == 2 * len &&
                      next.v_bytes() == 2 * len && 2 * len <= NextRows::kSpareBytes;
   // Key w of the tile's first half goes with key w of its second half.
