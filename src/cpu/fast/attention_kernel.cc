@@ -2,7 +2,7 @@
 // picked at run time. A task's rows (q token × q head of one KV group) are scored against tiles
 // of kTileKeys keys, the softmax is online in fp32, and each split of kSplitKeys keys yields a
 // partial state (m, l, unnormalised O) merged in split order. This file walks splits and tiles;
-// the micro-kernels are in decode-inl.h (few rows per KV head: K/V read in place) and
+// the micro-kernels are in decode-inl.h (up to 16 rows per KV head: K/V read in place) and
 // prefill-inl.h (many rows: rows in vector lanes). The per-element operation order never depends
 // on which rows share a task or on threads, so results are bitwise reproducible.
 #undef HWY_TARGET_INCLUDE

@@ -1,5 +1,6 @@
-// Few rows per KV head (decode; GQA groups up to 8): q rows in memory, K/V rows read in place and
-// widened as they load, each loaded K/V vector shared by up to 4 rows held in registers. Scores
+// Few rows per KV head (decode, verify, short extends: up to 16): q rows in memory, K/V rows read
+// in place (fp8: from a bf16 stage) and widened as they load, each loaded K/V vector shared by up
+// to 4 rows held in registers. Scores
 // are dot products (summed across lanes once per row and key), the online softmax runs per row
 // over a tile, and P·V broadcasts each weight against the value vectors. A Highway "-inl.h"
 // header, included by attention_kernel.cc once per target.
