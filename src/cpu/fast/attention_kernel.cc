@@ -148,6 +148,33 @@ void prepare_dpbf16(const AttnArgs& a, const Task& t, int64_t head_rows, int64_t
   });
 }
 
+// fp8 K/V rows of tile keys [j0, j1) (offsets ko, vo from key j0, in bytes) widened to bf16 into
+// the stage k16 / v16 ([key][KV head][dim]; exact), and kp / vp pointed at each key's first head.
+void stage_fp8_tile(const AttnArgs& a, const Task& t, const int64_t* ko, const int64_t* vo,
+                    int64_t j0, int64_t j1, uint16_t* k16, uint16_t* v16, const void** kp,
+                    const void** vp) {
+  const auto* kb = static_cast<const uint8_t*>(a.k);
+  const auto* vb = static_cast<const uint8_t*>(a.v);
+  auto rows = [&](auto e4m3) {
+    for (int64_t j = j0; j < j1; ++j) {
+      uint16_t* kr = k16 + j * t.ng * a.head_dim;
+      uint16_t* vr = v16 + j * t.ng * a.head_dim_v;
+      for (int64_t gi = 0; gi < t.ng; ++gi) {
+        fp8_row_to_bf16<decltype(e4m3)::value>(kb + ko[j - j0] + gi * a.k_head, a.head_dim,
+                                               kr + gi * a.head_dim);
+        fp8_row_to_bf16<decltype(e4m3)::value>(vb + vo[j - j0] + gi * a.v_head, a.head_dim_v,
+                                               vr + gi * a.head_dim_v);
+      }
+      kp[j] = kr;
+      vp[j] = vr;
+    }
+  };
+  if (a.kv_dtype == DType::kF8E4M3)
+    rows(std::true_type{});
+  else
+    rows(std::false_type{});
+}
+
 void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, float* state,
                int64_t stride, SplitClaim claim) {
   const int64_t rows = t.rows(), head_rows = t.nt * t.nh;  // rows per KV head
@@ -364,24 +391,7 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
         sc.pv[i] = vbase + vo_next[i] * esz;
       }
       if (fp8_staged) {
-        const bool e4m3 = a.kv_dtype == DType::kF8E4M3;
-        for (int64_t j = j0; j < j1; ++j) {
-          uint16_t* kr = k16 + j * t.ng * a.head_dim;
-          uint16_t* vr = v16 + j * t.ng * a.head_dim_v;
-          for (int64_t gi = 0; gi < t.ng; ++gi) {
-            const auto* ks = reinterpret_cast<const uint8_t*>(kbase) + ko[j - j0] + gi * a.k_head;
-            const auto* vs8 = reinterpret_cast<const uint8_t*>(vbase) + vo[j - j0] + gi * a.v_head;
-            if (e4m3) {
-              fp8_row_to_bf16<true>(ks, a.head_dim, kr + gi * a.head_dim);
-              fp8_row_to_bf16<true>(vs8, a.head_dim_v, vr + gi * a.head_dim_v);
-            } else {
-              fp8_row_to_bf16<false>(ks, a.head_dim, kr + gi * a.head_dim);
-              fp8_row_to_bf16<false>(vs8, a.head_dim_v, vr + gi * a.head_dim_v);
-            }
-          }
-          kp[j] = kr;
-          vp[j] = vr;
-        }
+        stage_fp8_tile(a, t, ko, vo, j0, j1, k16, v16, kp, vp);
       } else if (in_place) {
         // Read K/V rows in place, widening as they load.
         for (int64_t j = j0; j < j1; ++j) {
