@@ -429,11 +429,11 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
           dpbf16::scores_tile(sc.qb.data(), a.head_dim, head_rows, t.ng, kp, k_head_bytes, j0, j1,
                               sc.st.data(), ra, sc.row_scale.data(), next);
         else if (f16_halves)
-          scores_tile_pairs<F16Halves>(sc.q.data(), qs, head_rows, t.ng, Rows{kp, 0}, k_head_bytes,
-                                       qk_len, j0, j1, sc.st.data(), ra, next);
+          scores_tile_f16(sc.q.data(), qs, head_rows, t.ng, Rows{kp, 0}, k_head_bytes, qk_len, j0,
+                          j1, sc.st.data(), ra, next);
         else
-          scores_tile_pairs<Bf16Pairs>(sc.q.data(), qs, head_rows, t.ng, Rows{kp, 0}, k_head_bytes,
-                                       qk_len, j0, j1, sc.st.data(), ra, next);
+          scores_tile_bf16(sc.q.data(), qs, head_rows, t.ng, Rows{kp, 0}, k_head_bytes, qk_len, j0,
+                           j1, sc.st.data(), ra, next);
         // m, l of padding rows stay -inf, 0 (they see no key); pm, pl hold kMaxRows ≥ ra.
         float* alpha = sc.wm.data();
         wide_softmax(sc.st.data(), ra, j0, j1, ts, sc.row_lo.data(), sc.row_hi.data(), a.softcap,
@@ -451,11 +451,11 @@ void RunSplits(const AttnArgs& a, const Task& t, int64_t s_lo, int64_t s_hi, flo
           dpbf16::pv_tile(sc.st.data(), ra, head_rows, t.ng, vp, v_head_bytes, j0, j1, po, dvp,
                           a.head_dim_v, sc.pwords.data(), next);
         } else if (f16_halves) {
-          pv_tile_pairs<F16Halves>(sc.st.data(), ra, head_rows, t.ng, Rows{vp, 0}, v_head_bytes, j0,
-                                   j1, po, dvp, a.head_dim_v, next);
+          pv_tile_f16(sc.st.data(), ra, head_rows, t.ng, Rows{vp, 0}, v_head_bytes, j0, j1, po, dvp,
+                      a.head_dim_v, next);
         } else {
-          pv_tile_pairs<Bf16Pairs>(sc.st.data(), ra, head_rows, t.ng, Rows{vp, 0}, v_head_bytes, j0,
-                                   j1, po, dvp, a.head_dim_v, next);
+          pv_tile_bf16(sc.st.data(), ra, head_rows, t.ng, Rows{vp, 0}, v_head_bytes, j0, j1, po,
+                       dvp, a.head_dim_v, next);
         }
         next.finish();
         continue;

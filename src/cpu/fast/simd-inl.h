@@ -212,7 +212,7 @@ inline void convert_row(const void* src, DType dt, int64_t n, int64_t padded, fl
 // path in test_fast_targets), while the same code out of line, or inlined with its intermediate
 // vectors stored, matched the oracle; the cause was not found. The call costs little next to
 // the Exp, on softcap rows only.
-HWY_NOINLINE VF tanh_f32(VF x) {
+inline HWY_NOINLINE VF tanh_f32(VF x) {
   const DF df;
   const auto zero = hn::Zero(df), one = hn::Set(df, 1.0f);
   const auto ax = hn::Max(x, hn::Sub(zero, x));
